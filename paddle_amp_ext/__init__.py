@@ -1,0 +1,77 @@
+"""paddle-amp-ext: safe, visible mixed precision for PaddlePaddle.
+
+A drop-in for ``paddle.amp``: ``import paddle_amp_ext as amp`` and use ``amp.auto_cast``,
+``amp.GradScaler`` and ``amp.decorate`` as before; see the README for what they add.
+"""
+
+from __future__ import annotations
+
+import warnings as _warnings
+
+__version__ = "0.1.0"
+
+# Paddle 3.x warns about a missing C++ compiler cache on every import; it concerns only
+# custom-op builds, so it is hidden here (narrowly, by its message).
+_warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+
+try:
+    import paddle as _paddle  # noqa: F401
+except ImportError as _exc:  # pragma: no cover - exercised by a subprocess test
+    raise ImportError(
+        "paddle-amp-ext needs PaddlePaddle, which is not installed. Install it with the extra "
+        "for your machine: pip install 'paddle-amp-ext[gpu]' (paddlepaddle-gpu) or "
+        "'paddle-amp-ext[cpu]' (paddlepaddle); in the official Paddle Docker image it is "
+        "already there."
+    ) from _exc
+
+from .autocast import (
+    auto_cast,
+    decorate,
+    is_bfloat16_supported,
+    is_float16_supported,
+    keep_fp32,
+)
+from .config import AmpConfig
+from .device import probe
+from .doctor import OverflowWatch, find_overflow
+from .emulation import fp16_emulation
+from .errors import AmpOverflowError, AmpUnsupportedError
+from .events import StepEvent, StepResult
+from .gate import AmpDecision, DeviceInfo, decide
+from .scaler import GradScaler
+
+_LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}
+
+
+def __getattr__(name: str):  # PEP 562: VisualDL is imported only when a hook is asked for
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'paddle_amp_ext' has no attribute {name!r}")
+
+
+__all__ = [
+    "AmpConfig",
+    "AmpDecision",
+    "AmpOverflowError",
+    "AmpUnsupportedError",
+    "DeviceInfo",
+    "GradScaler",
+    "OverflowWatch",
+    "StepEvent",
+    "StepResult",
+    "VisualDLCallback",
+    "VisualDLHook",
+    "__version__",
+    "auto_cast",
+    "decide",
+    "decorate",
+    "find_overflow",
+    "fp16_emulation",
+    "is_bfloat16_supported",
+    "is_float16_supported",
+    "keep_fp32",
+    "probe",
+]

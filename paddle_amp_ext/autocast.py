@@ -1,0 +1,311 @@
+"""``auto_cast``, ``decorate`` and ``keep_fp32``: Paddle's names, validated lists, one decision.
+
+Example:
+    >>> import paddle_amp_ext as amp
+    >>> with amp.auto_cast(dtype="auto", custom_black_list=["softmax"]):  # doctest: +SKIP
+    ...     loss = model(x).mean()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+from typing import Any, Iterable, Iterator, Optional, Tuple
+
+import paddle
+
+from . import _compat, _state, oplists
+from ._log import info_once, logger, warn_once
+from .config import DTYPES, AmpConfig
+from .device import current_decision
+
+_KEEP_FP32_FLAG = "_paddle_amp_ext_keep_fp32"
+_AUTO_CAST_DEFAULTS = dict(
+    enable=True, custom_white_list=None, custom_black_list=None, level="O1", dtype="float16"
+)
+
+
+def _from_config(config: AmpConfig | None, given: dict[str, Any]) -> dict[str, Any]:
+    if config is None:
+        return given
+    if not isinstance(config, AmpConfig):
+        raise TypeError(f"config must be an AmpConfig. Received: {config!r} (of type {type(config).__name__})")
+    changed = [k for k, v in given.items() if k in _AUTO_CAST_DEFAULTS and v != _AUTO_CAST_DEFAULTS[k]]
+    if changed:
+        raise TypeError(
+            f"Pass either config= or {changed}, not both: put them in the AmpConfig "
+            "(config.replace(...))."
+        )
+    return dict(
+        enable=config.enable,
+        custom_white_list=config.custom_white_list,
+        custom_black_list=config.custom_black_list,
+        level=config.level,
+        dtype=config.dtype,
+    )
+
+
+def _normalize_dtype(dtype: Any) -> str:
+    if hasattr(dtype, "name") and not isinstance(dtype, str):  # paddle DataType
+        dtype = dtype.name
+    if not isinstance(dtype, str) or dtype.lower() not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}. Received: dtype={dtype!r}")
+    return dtype.lower()
+
+
+def resolve_precision(enable: bool, dtype: str, *, strict: bool = False) -> tuple[bool, str]:
+    """Where AMP can run now: (enable, dtype) after the gate, for auto_cast and decorate."""
+    if not enable:
+        return False, "float16" if dtype == "auto" else dtype
+    emulated = _state.emulated_dtype()
+    if emulated is not None:
+        return False, emulated  # the emulation quantizes; Paddle's CPU kernels stay fp32
+    kind = _compat.place_kind()
+    if kind == "gpu" or (kind == "cpu" and dtype == "auto"):
+        decision = current_decision(dtype, strict)
+        if not decision.enabled:
+            return False, "float16" if dtype == "auto" else dtype
+        return True, decision.dtype
+    if kind == "cpu":
+        if strict:
+            current_decision(dtype, strict)  # raises AmpUnsupportedError with the reason
+        warn_once(
+            "autocast:cpu",
+            "auto_cast(dtype=%r) runs in float32: Paddle's CPU build has no float16/bfloat16 "
+            "kernels for matmul, conv2d or softmax. Use paddle_amp_ext.fp16_emulation(model) "
+            "to rehearse low-precision numerics on a CPU.",
+            dtype,
+        )
+        return False, dtype
+    if dtype == "auto":  # XPU / custom device: ask Paddle what the place supports
+        if paddle.amp.is_bfloat16_supported():
+            return True, "bfloat16"
+        return (True, "float16") if paddle.amp.is_float16_supported() else (False, "float16")
+    return True, dtype
+
+
+@contextlib.contextmanager
+def _auto_cast(
+    enable: bool, white: Any, black: Any, level: str, dtype: str, use_promote: bool, strict: bool
+) -> Iterator[None]:
+    level = str(level).upper()
+    dtype = _normalize_dtype(dtype)
+    enable, run_dtype = resolve_precision(enable, dtype, strict=strict)
+    from .config import _names
+
+    resolved = oplists.resolve(
+        _names("custom_white_list", white),
+        _names("custom_black_list", black),
+        run_dtype if run_dtype != "auto" else "float16",
+        level,
+    )
+    for note in resolved.mapped:
+        info_once(f"oplists:{note}", "%s", note)
+    for note in resolved.no_effect:
+        warn_once(f"oplists:{note}", "%s", note)
+    with paddle.amp.auto_cast(
+        enable=enable,
+        custom_white_list=sorted(resolved.white) or None,
+        custom_black_list=sorted(resolved.black) or None,
+        level=level,
+        dtype=run_dtype,
+        use_promote=use_promote,
+    ):
+        yield
+
+
+def auto_cast(
+    enable: bool = True,
+    custom_white_list: Iterable[str] | None = None,
+    custom_black_list: Iterable[str] | None = None,
+    level: str = "O1",
+    dtype: str = "float16",
+    use_promote: bool = True,
+    *,
+    config: AmpConfig | None = None,
+    strict: bool = False,
+) -> contextlib.AbstractContextManager:
+    """``paddle.amp.auto_cast`` with validated op lists and the compute-capability gate.
+
+    Args:
+        enable, custom_white_list, custom_black_list, level, use_promote: as in Paddle.
+        dtype: ``"float16"``, ``"bfloat16"`` or ``"auto"`` (bfloat16 on CC >= 8.0, float16 on
+            7.x, float32 elsewhere, with the reason logged once).
+        config: an :class:`AmpConfig` supplying enable, lists, level and dtype.
+        strict: raise ``AmpUnsupportedError`` instead of falling back to float32.
+
+    Raises:
+        ValueError: an unknown op name (with the closest real names) or an op in both lists.
+        TypeError: a list that is not an iterable of str.
+
+    Example:
+        >>> with auto_cast(custom_white_list=["matmul"]):  # doctest: +SKIP
+        ...     out = model(x)
+    """
+    args = _from_config(
+        config,
+        dict(
+            enable=enable,
+            custom_white_list=custom_white_list,
+            custom_black_list=custom_black_list,
+            level=level,
+            dtype=dtype,
+        ),
+    )
+    # validate now, so a typo fails at the call site even if the block is never entered
+    from .config import _names
+
+    oplists.validate(
+        _names("custom_white_list", args["custom_white_list"]),
+        _names("custom_black_list", args["custom_black_list"]),
+    )
+    return _auto_cast(
+        args["enable"],
+        args["custom_white_list"],
+        args["custom_black_list"],
+        args["level"],
+        args["dtype"],
+        use_promote,
+        strict,
+    )
+
+
+def effective_op_lists(dtype: str, level: str = "O1", config: Optional[AmpConfig] = None,
+                       custom_white_list: Any = None, custom_black_list: Any = None
+                       ) -> Tuple[frozenset, frozenset]:
+    """The (white, black) lists Paddle's tracer holds inside ``auto_cast`` with these settings."""
+    if config is not None:
+        level, custom_white_list, custom_black_list = (
+            config.level, config.custom_white_list, config.custom_black_list)
+    _state.push_emulation(dtype)  # makes auto_cast skip its CPU warning; lists are still set
+    try:
+        with auto_cast(custom_white_list=custom_white_list, custom_black_list=custom_black_list,
+                       level=level, dtype=dtype):
+            return _compat.tracer_op_lists()
+    finally:
+        _state.pop_emulation()
+
+
+# --------------------------------------------------------------------------- keep fp32
+def _to_fp32(value: Any) -> Any:
+    if isinstance(value, paddle.Tensor) and value.dtype in (paddle.float16, paddle.bfloat16):
+        return value.astype("float32")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_fp32(v) for v in value)
+    return value
+
+
+def is_kept_fp32(layer: paddle.nn.Layer) -> bool:
+    """Whether :func:`keep_fp32` marked ``layer``."""
+    return bool(getattr(layer, _KEEP_FP32_FLAG, False))
+
+
+def _mark(layer: paddle.nn.Layer) -> None:
+    if is_kept_fp32(layer):
+        return
+    original = layer.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with paddle.amp.auto_cast(enable=False):
+            return original(*_to_fp32(args), **{k: _to_fp32(v) for k, v in kwargs.items()})
+
+    layer.forward = forward
+    setattr(layer, _KEEP_FP32_FLAG, True)
+
+
+def select_layers(model: paddle.nn.Layer, names: Iterable[str]) -> list[paddle.nn.Layer]:
+    """Sublayers of ``model`` whose qualified name or class name is in ``names``.
+
+    Raises:
+        ValueError: a name that matches nothing, with the closest sublayer names.
+    """
+    named = dict(model.named_sublayers(include_self=True))
+    chosen: list[paddle.nn.Layer] = []
+    for name in names:
+        hits = [layer for qual, layer in named.items() if qual == name or type(layer).__name__ == name]
+        if not hits:
+            pool = sorted(set(named) | {type(v).__name__ for v in named.values()} - {""})
+            hint = difflib.get_close_matches(name, pool, n=3)
+            more = f" Did you mean {' or '.join(repr(h) for h in hint)}?" if hint else ""
+            raise ValueError(f"No sublayer named {name!r} (by path or class) in fp32 layers.{more}")
+        chosen.extend(h for h in hits if all(h is not c for c in chosen))
+    return chosen
+
+
+def keep_fp32(layer: paddle.nn.Layer, names: Iterable[str] | None = None) -> paddle.nn.Layer:
+    """Keep ``layer`` (or the sublayers ``names`` of it) in float32 under AMP.
+
+    In O1 the layer runs with autocast off on float32 inputs; in O2, :func:`decorate` leaves its
+    parameters in float32 (call ``keep_fp32`` before ``decorate``). Like Keras'
+    ``Dense(10, dtype="float32")`` output layer. Returns ``layer``.
+
+    Example:
+        >>> model = keep_fp32(model, ["head"])  # doctest: +SKIP
+    """
+    if not isinstance(layer, paddle.nn.Layer):
+        raise TypeError(f"keep_fp32 expects a paddle.nn.Layer. Received: {type(layer).__name__}")
+    targets = [layer] if names is None else select_layers(layer, [names] if isinstance(names, str) else names)
+    for target in targets:
+        _mark(target)
+    return layer
+
+
+# --------------------------------------------------------------------------- decorate
+def decorate(
+    models: Any,
+    optimizers: Any = None,
+    level: str = "O1",
+    dtype: str = "float16",
+    master_weight: bool | None = None,
+    save_dtype: str | None = None,
+    master_grad: bool = False,
+    excluded_layers: Any = None,
+    *,
+    config: AmpConfig | None = None,
+) -> Any:
+    """``paddle.amp.decorate`` that honours keep-fp32 layers, ``config`` and the gate.
+
+    Layers marked by :func:`keep_fp32` or named in ``config.fp32_layers`` join
+    ``excluded_layers`` in O2. Where the gate says float32 (no GPU, CC < 7.0, or under
+    fp16 emulation) the models are returned unconverted, with the reason logged once.
+    """
+    if config is not None:
+        level, dtype = config.level, config.dtype
+    level = str(level).upper()
+    dtype = _normalize_dtype(dtype)
+    model_list = models if isinstance(models, (list, tuple)) else [models]
+    if config is not None and config.fp32_layers:
+        for model in model_list:
+            keep_fp32(model, config.fp32_layers)
+    enable, run_dtype = resolve_precision(config.enable if config else True, dtype)
+    if not enable:
+        if level == "O2":
+            warn_once("decorate:fp32", "decorate(level='O2') leaves parameters in float32: AMP cannot run here.")
+        return models if optimizers is None else (models, optimizers)
+    marked = [s for m in model_list for _, s in m.named_sublayers(include_self=True) if is_kept_fp32(s)]
+    if excluded_layers is None:
+        excluded = marked or None
+    else:
+        given = list(excluded_layers) if isinstance(excluded_layers, (list, tuple)) else [excluded_layers]
+        excluded = given + marked
+    logger.debug("decorate: level=%s dtype=%s excluded=%d layers", level, run_dtype, len(excluded or ()))
+    return paddle.amp.decorate(
+        models,
+        optimizers,
+        level=level,
+        dtype=run_dtype,
+        master_weight=master_weight,
+        save_dtype=save_dtype,
+        master_grad=master_grad,
+        excluded_layers=excluded,
+    )
+
+
+def is_float16_supported(device: str | None = None) -> bool:
+    """``paddle.amp.is_float16_supported``; see :func:`paddle_amp_ext.decide` for whether it pays."""
+    return bool(paddle.amp.is_float16_supported(device))
+
+
+def is_bfloat16_supported(device: str | None = None) -> bool:
+    """``paddle.amp.is_bfloat16_supported``."""
+    return bool(paddle.amp.is_bfloat16_supported(device))

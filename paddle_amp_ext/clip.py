@@ -1,0 +1,88 @@
+"""Gradient clipping on unscaled gradients, in place, returning the global norm.
+
+Accepts a float (max global norm) or one of Paddle's ``ClipGradByGlobalNorm``,
+``ClipGradByNorm`` and ``ClipGradByValue``; the arithmetic is Paddle's. The norm stays a device
+tensor: nothing here reads a value back to the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Union
+
+import paddle
+
+from . import _compat
+
+GradClip = Union[float, int, "paddle.nn.ClipGradByGlobalNorm", "paddle.nn.ClipGradByNorm",
+                 "paddle.nn.ClipGradByValue"]
+_CLIP_TYPES = (paddle.nn.ClipGradByGlobalNorm, paddle.nn.ClipGradByNorm, paddle.nn.ClipGradByValue)
+
+
+def resolve_clip(grad_clip: Any) -> Any:
+    """None, or a Paddle clip object for ``grad_clip``.
+
+    Raises:
+        TypeError: not a number or one of Paddle's three ClipGrad classes.
+        ValueError: a non-positive max norm.
+    """
+    if grad_clip is None:
+        return None
+    if isinstance(grad_clip, _CLIP_TYPES):
+        return grad_clip
+    if isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float)):
+        raise TypeError(
+            "grad_clip must be a float max global norm or a paddle.nn.ClipGradByGlobalNorm, "
+            f"ClipGradByNorm or ClipGradByValue. Received: {grad_clip!r} "
+            f"(of type {type(grad_clip).__name__})"
+        )
+    if not grad_clip > 0:
+        raise ValueError(f"grad_clip (max global norm) must be > 0. Received: grad_clip={grad_clip!r}")
+    return paddle.nn.ClipGradByGlobalNorm(float(grad_clip))
+
+
+def _clippable(params: List[paddle.Tensor], clip: Any) -> List[tuple]:
+    pairs = []
+    for param in params:
+        grad = _compat.grad_of(param)
+        if grad is None or not getattr(param, "need_clip", True):
+            continue
+        need = getattr(clip, "_need_clip_func", None) if clip is not None else None
+        if need is not None and not need(param):
+            continue
+        pairs.append((param, grad))
+    return pairs
+
+
+def global_norm(grads: List[paddle.Tensor]) -> Optional[paddle.Tensor]:
+    """sqrt(sum of squares) of all grads, accumulated in float32; a 1-element device tensor."""
+    if not grads:
+        return None
+    squares = [paddle.sum(paddle.square(g.astype("float32"))) for g in grads]
+    return paddle.sqrt(paddle.add_n(squares) if len(squares) > 1 else squares[0])
+
+
+@paddle.no_grad()
+def clip_grads_(params: List[paddle.Tensor], clip: Any) -> Optional[paddle.Tensor]:
+    """Clip the gradients of ``params`` in place by ``clip``; return their global norm before.
+
+    Args:
+        params: parameters whose ``_grad_ivar()`` is clipped (the tensors the optimizer reads).
+        clip: a Paddle ClipGrad object (see :func:`resolve_clip`) or None (norm only).
+
+    Returns:
+        The unscaled global L2 norm before clipping, on the device, or None without grads.
+    """
+    pairs = _clippable(params, clip)
+    grads = [g for _, g in pairs]
+    norm = global_norm(grads)
+    if norm is None or clip is None:
+        return norm
+    if isinstance(clip, paddle.nn.ClipGradByGlobalNorm):
+        max_norm = paddle.full_like(norm, clip.clip_norm)
+        coef = max_norm / paddle.maximum(norm, max_norm)
+        for grad in grads:
+            grad.multiply_(coef.astype(grad.dtype))
+        return norm
+    for (_, grad), (_, new) in zip(pairs, clip(pairs)):
+        paddle.assign(new, output=grad)
+    return norm

@@ -1,0 +1,293 @@
+"""``AmpConfig``: every AMP setting in one frozen, validated value.
+
+Example:
+    >>> cfg = AmpConfig(dtype="auto", custom_black_list=["softmax"], init_loss_scaling=2**14)
+    >>> AmpConfig.from_dict(cfg.to_dict()) == cfg
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Tuple
+
+from . import oplists
+
+DTYPES = ("float16", "bfloat16", "auto")
+LEVELS = ("O1", "O2")
+HYSTERESIS = ("consecutive", "cumulative")
+ON_COLLAPSE = ("warn", "raise")
+FORMAT_KEYS = ("amp", "paddle_amp_ext")
+
+
+def _describe(value: object) -> str:
+    return f"{value!r} (of type {type(value).__name__})"
+
+
+def _names(list_name: str, value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"{list_name} must be an iterable of op names such as ['softmax']. "
+            f"Received: {list_name}={_describe(value)}"
+        )
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(
+                f"{list_name} must contain only str op names. Received an item {_describe(item)}"
+            )
+    return items
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...], normalize=str.lower) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {choices}. Received: {name}={_describe(value)}")
+    normalized = normalize(value)
+    if normalized not in choices:
+        hint = difflib.get_close_matches(normalized, choices, n=1)
+        suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
+        raise ValueError(
+            f"{name} must be one of {choices}. Received: {name}={_describe(value)}.{suggestion}"
+        )
+    return normalized
+
+
+def _number(name: str, value: object, *, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "an int" if integer else "a number"
+        raise TypeError(f"{name} must be {kind}. Received: {name}={_describe(value)}")
+    if integer and not float(value).is_integer():
+        raise TypeError(f"{name} must be an int. Received: {name}={_describe(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite. Received: {name}={value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class AmpConfig:
+    """AMP settings for ``auto_cast``, ``decorate`` and ``GradScaler``, validated once.
+
+    Args:
+        enable: Turn AMP on. With ``dtype="auto"`` the compute-capability gate still decides.
+        dtype: ``"float16"``, ``"bfloat16"`` or ``"auto"`` (the best the GPU supports).
+        level: ``"O1"`` (per-op lists) or ``"O2"`` (pure low precision but the black list).
+        custom_white_list: Op names to run in low precision; validated against Paddle's registry.
+        custom_black_list: Op names to keep in float32.
+        fp32_layers: Sublayer names (``"head"``, ``"encoder.norm"``) or layer class names
+            (``"LayerNorm"``) to keep in float32 (see :func:`paddle_amp_ext.keep_fp32`).
+        init_loss_scaling, incr_ratio, decr_ratio, incr_every_n_steps, decr_every_n_nan_or_inf,
+        use_dynamic_loss_scaling: as in ``paddle.amp.GradScaler``.
+        min_loss_scaling, max_loss_scaling: bounds of the dynamic loss scale.
+        hysteresis: ``"consecutive"`` (Paddle's rule: a finite step resets the inf counter) or
+            ``"cumulative"`` (inf steps count until the scale changes).
+        max_consecutive_skips: After this many skipped steps in a row, ``on_collapse`` applies.
+        on_collapse: ``"warn"`` or ``"raise"`` (``AmpOverflowError``).
+
+    Raises:
+        TypeError, ValueError: a value of the wrong type or out of range, naming it and the fix.
+    """
+
+    enable: bool = True
+    dtype: str = "float16"
+    level: str = "O1"
+    custom_white_list: Tuple[str, ...] = ()
+    custom_black_list: Tuple[str, ...] = ()
+    fp32_layers: Tuple[str, ...] = ()
+    init_loss_scaling: float = 65536.0
+    incr_ratio: float = 2.0
+    decr_ratio: float = 0.5
+    incr_every_n_steps: int = 2000
+    decr_every_n_nan_or_inf: int = 1
+    use_dynamic_loss_scaling: bool = True
+    min_loss_scaling: float = 1.0
+    max_loss_scaling: float = 2.0**24
+    hysteresis: str = "consecutive"
+    max_consecutive_skips: Optional[int] = None
+    on_collapse: str = "warn"
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        for flag in ("enable", "use_dynamic_loss_scaling"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(
+                    f"{flag} must be True or False. Received: {flag}={_describe(getattr(self, flag))}"
+                )
+        put(self, "dtype", _choice("dtype", self.dtype, DTYPES))
+        put(self, "level", _choice("level", self.level, LEVELS, normalize=str.upper))
+        put(self, "hysteresis", _choice("hysteresis", self.hysteresis, HYSTERESIS))
+        put(self, "on_collapse", _choice("on_collapse", self.on_collapse, ON_COLLAPSE))
+        white = _names("custom_white_list", self.custom_white_list)
+        black = _names("custom_black_list", self.custom_black_list)
+        put(self, "custom_white_list", white)
+        put(self, "custom_black_list", black)
+        put(self, "fp32_layers", _names("fp32_layers", self.fp32_layers))
+        oplists.validate(white, black)
+        validate_scaling(
+            init_loss_scaling=self.init_loss_scaling,
+            incr_ratio=self.incr_ratio,
+            decr_ratio=self.decr_ratio,
+            incr_every_n_steps=self.incr_every_n_steps,
+            decr_every_n_nan_or_inf=self.decr_every_n_nan_or_inf,
+            min_loss_scaling=self.min_loss_scaling,
+            max_loss_scaling=self.max_loss_scaling,
+            max_consecutive_skips=self.max_consecutive_skips,
+        )
+
+    # ------------------------------------------------------------------ conversions
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (lists for op names); ``from_dict`` of it gives an equal config."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name.startswith("_"):
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AmpConfig:
+        """Build from a mapping; unknown keys are an error with the closest real key."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"AmpConfig.from_dict expects a mapping. Received: {_describe(data)}")
+        known = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+        for key in data:
+            if key not in known:
+                hint = difflib.get_close_matches(str(key), known, n=1)
+                suggestion = f" Did you mean {hint[0]!r}?" if hint else f" Known keys: {known}."
+                raise ValueError(f"Unknown AmpConfig key {key!r}.{suggestion}")
+        return cls(**dict(data))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
+
+    def to_toml(self) -> str:
+        """TOML text with the settings at top level (``None`` values are left out)."""
+        lines = []
+        for key, value in self.to_dict().items():
+            if value is None:
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> AmpConfig:
+        """Read a ``.toml`` or ``.json`` file (settings at top level or under ``[amp]``).
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: unparsable text, an unknown suffix, key or value (the message names the file).
+        """
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        suffix = path.suffix.lower()
+        try:
+            if suffix == ".json":
+                data = json.loads(text)
+            elif suffix == ".toml":
+                data = _load_toml(text)
+            else:
+                raise ValueError(
+                    f"Config file {str(path)!r} has suffix {suffix!r}; use .toml or .json."
+                )
+        except (json.JSONDecodeError, ValueError) as exc:
+            if isinstance(exc, ValueError) and "use .toml or .json" in str(exc):
+                raise
+            raise ValueError(f"Config file {str(path)!r} is not valid {suffix[1:]}: {exc}") from exc
+        if isinstance(data, dict):
+            for table in FORMAT_KEYS:
+                if set(data) == {table} and isinstance(data[table], dict):
+                    data = data[table]
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"Config file {str(path)!r}: {exc}") from exc
+
+    # ------------------------------------------------------------------ factories
+    def auto_cast(self, **overrides: Any) -> Any:
+        """``paddle_amp_ext.auto_cast(config=self)``."""
+        from .autocast import auto_cast
+
+        return auto_cast(config=self, **overrides)
+
+    def scaler(self, **overrides: Any) -> Any:
+        """``paddle_amp_ext.GradScaler(config=self)``."""
+        from .scaler import GradScaler
+
+        return GradScaler(config=self, **overrides)
+
+    def replace(self, **changes: Any) -> AmpConfig:
+        """A copy with ``changes`` applied (validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+def validate_scaling(
+    *,
+    init_loss_scaling: object,
+    incr_ratio: object,
+    decr_ratio: object,
+    incr_every_n_steps: object,
+    decr_every_n_nan_or_inf: object,
+    min_loss_scaling: object,
+    max_loss_scaling: object,
+    max_consecutive_skips: object = None,
+) -> None:
+    """Check the loss-scaling settings; shared by ``AmpConfig`` and ``GradScaler``."""
+    init = _number("init_loss_scaling", init_loss_scaling)
+    low = _number("min_loss_scaling", min_loss_scaling)
+    high = _number("max_loss_scaling", max_loss_scaling)
+    for name, value in (("init_loss_scaling", init), ("min_loss_scaling", low),
+                        ("max_loss_scaling", high)):
+        if value <= 0:
+            raise ValueError(f"{name} must be > 0. Received: {name}={value!r}")
+    if low > high:
+        raise ValueError(
+            f"min_loss_scaling ({low!r}) must not exceed max_loss_scaling ({high!r})."
+        )
+    if _number("incr_ratio", incr_ratio) <= 1.0:
+        raise ValueError(f"incr_ratio must be > 1.0. Received: incr_ratio={incr_ratio!r}")
+    decr = _number("decr_ratio", decr_ratio)
+    if not 0.0 < decr < 1.0:
+        raise ValueError(
+            f"decr_ratio must be in (0, 1). Received: decr_ratio={decr_ratio!r}"
+        )
+    for name, value in (("incr_every_n_steps", incr_every_n_steps),
+                        ("decr_every_n_nan_or_inf", decr_every_n_nan_or_inf)):
+        if _number(name, value, integer=True) < 1:
+            raise ValueError(f"{name} must be >= 1. Received: {name}={value!r}")
+    if max_consecutive_skips is not None:
+        if _number("max_consecutive_skips", max_consecutive_skips, integer=True) < 1:
+            raise ValueError(
+                "max_consecutive_skips must be >= 1 or None. "
+                f"Received: max_consecutive_skips={max_consecutive_skips!r}"
+            )
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {_describe(value)} as TOML")
+
+
+def _load_toml(text: str) -> Any:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python < 3.11
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(str(exc)) from exc

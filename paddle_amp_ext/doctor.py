@@ -1,0 +1,309 @@
+"""The overflow doctor: which layer first produced inf/nan or a value beyond fp16's range.
+
+Three ways in:
+
+- :func:`find_overflow` (on demand): one forward (and backward, with ``loss_fn``) of the model
+  with every leaf layer watched; returns an :class:`OverflowReport`.
+- :class:`OverflowWatch` (when the scaler sees inf/nan): a scaler hook that keeps the layers
+  watched (device-side max-abs per layer, no host sync) and names the culprit in the log when
+  a step overflows.
+- ``python -m paddle_amp_ext.doctor train.py [args]``: runs a training script and stops at
+  the first layer whose value would not fit, with the fix.
+
+Works on float32 models on a CPU: a value above 65504 there is one fp16 could not hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Tuple
+
+import numpy as np
+import paddle
+
+from ._log import logger
+from .emulation import LAYER_OPS
+
+LIMITS = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One layer whose value was non-finite or beyond the dtype's range."""
+
+    layer: str
+    layer_type: str
+    ops: Tuple[str, ...]
+    direction: str  # "forward" or "backward"
+    max_abs: float
+
+    def fixes(self, dtype: str) -> List[str]:
+        out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"]
+        if self.ops:
+            out.append(f"black-list its op: auto_cast(custom_black_list={list(self.ops[:1])!r})")
+        if dtype == "float16":
+            out.append("switch to dtype='bfloat16' (float32's range) on a GPU with CC >= 8.0")
+        if self.direction == "backward":
+            out.append("lower init_loss_scaling (e.g. 2**12): scaled gradients overflow first")
+        return out
+
+
+@dataclass(frozen=True)
+class OverflowReport:
+    """What the doctor found; ``culprit`` is the first finding in execution order."""
+
+    dtype: str
+    limit: float
+    findings: Tuple[Finding, ...] = field(default=())
+
+    @property
+    def culprit(self) -> Optional[Finding]:
+        return self.findings[0] if self.findings else None
+
+    def __bool__(self) -> bool:
+        return bool(self.findings)
+
+    def __str__(self) -> str:
+        first = self.culprit
+        if first is None:
+            return f"Overflow doctor: every watched value fits {self.dtype} (|x| <= {self.limit:g})."
+        value = "non-finite" if not math.isfinite(first.max_abs) else f"{first.max_abs:.4g}"
+        ops = ", ".join(first.ops) or "unknown op"
+        lines = [
+            f"Overflow doctor: layer {first.layer!r} ({first.layer_type}: {ops}) produced max "
+            f"|value| {value} in the {first.direction} pass, beyond {self.dtype}'s {self.limit:g}.",
+            "Fixes: " + "; ".join(first.fixes(self.dtype)) + ".",
+        ]
+        return "\n".join(lines)
+
+
+class _Recorder:
+    """Forward/backward max-abs of every leaf layer, kept on the device until analysed."""
+
+    def __init__(self, model: paddle.nn.Layer, on_record: Optional[Callable[..., None]] = None):
+        self.records: List[Tuple[str, paddle.nn.Layer, str, paddle.Tensor]] = []
+        self._on_record = on_record
+        self._handles: List[Any] = []
+        for name, layer in model.named_sublayers(include_self=True):
+            if list(layer.children()):
+                continue
+            self._handles.append(layer.register_forward_pre_hook(self._pre(name or type(layer).__name__)))
+            self._handles.append(layer.register_forward_post_hook(self._post(name or type(layer).__name__)))
+
+    def _add(self, name: str, layer: Any, direction: str, value: paddle.Tensor) -> None:
+        stat = paddle.max(paddle.abs(value.detach().astype("float32")))
+        self.records.append((name, layer, direction, stat))
+        if self._on_record is not None:
+            self._on_record(name, layer, direction, stat)
+
+    def _pre(self, name: str) -> Callable:
+        def hook(layer: Any, inputs: Any) -> None:
+            for item in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
+                if isinstance(item, paddle.Tensor) and item.is_floating_point() and not item.stop_gradient:
+                    item.register_hook(lambda g, n=name, lay=layer: self._add(n, lay, "backward", g))
+        return hook
+
+    def _post(self, name: str) -> Callable:
+        def hook(layer: Any, inputs: Any, output: Any) -> None:
+            first = output[0] if isinstance(output, (list, tuple)) and output else output
+            if isinstance(first, paddle.Tensor) and first.is_floating_point() and first.size > 0:
+                self._add(name, layer, "forward", first)
+        return hook
+
+    def analyse(self, dtype: str, limit: float) -> OverflowReport:
+        """One host read of all recorded stats; forward findings first, then backward."""
+        if not self.records:
+            return OverflowReport(dtype, limit)
+        values = paddle.stack([r[3].reshape([1]) for r in self.records]).numpy().reshape(-1)
+        found = []
+        for direction in ("forward", "backward"):
+            for (name, layer, d, _), value in zip(self.records, values):
+                if d == direction and not (np.isfinite(value) and value <= limit):
+                    kind = type(layer).__name__
+                    found.append(Finding(name, kind, LAYER_OPS.get(kind, ()), d, float(value)))
+        return OverflowReport(dtype, limit, tuple(found))
+
+    def clear(self) -> None:
+        self.records = []
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def find_overflow(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = None,
+                  loss_scale: float = 1.0, dtype: str = "float16",
+                  limit: Optional[float] = None) -> OverflowReport:
+    """Run the model once and name the first layer whose value does not fit ``dtype``.
+
+    Args:
+        model: the model (float32 is fine: the doctor checks against ``dtype``'s range).
+        inputs: positional inputs for ``model``.
+        loss_fn: ``loss_fn(output) -> loss``; with it the backward pass is checked as well,
+            and the model's gradients are cleared afterwards.
+        loss_scale: multiply the loss by this before backward (what the scaler would do).
+        dtype: ``"float16"`` (limit 65504) or ``"bfloat16"``.
+        limit: override the largest allowed |value|.
+
+    Returns:
+        OverflowReport; ``report.culprit`` is None when everything fits.
+
+    Example:
+        >>> report = find_overflow(model, x, loss_fn=lambda out: out.mean())  # doctest: +SKIP
+        >>> print(report)
+    """
+    if dtype not in LIMITS:
+        raise ValueError(f"dtype must be one of {tuple(LIMITS)}. Received: dtype={dtype!r}")
+    limit = LIMITS[dtype] if limit is None else float(limit)
+    recorder = _Recorder(model)
+    try:
+        output = model(*inputs)
+        if loss_fn is not None:
+            (loss_fn(output) * loss_scale).backward()
+        report = recorder.analyse(dtype, limit)
+    finally:
+        recorder.remove()
+        if loss_fn is not None:
+            model.clear_gradients()
+    if report:
+        logger.warning("%s", report)
+    return report
+
+
+class OverflowWatch:
+    """Scaler hook: when a step overflows, log which layer did it.
+
+    Costs one max-abs reduction per leaf layer per pass, all on the device; the host reads them
+    only after an overflow. Use ``scaler.add_hook(OverflowWatch(model))``.
+    """
+
+    def __init__(self, model: paddle.nn.Layer, dtype: str = "float16") -> None:
+        self.dtype = dtype
+        self.limit = LIMITS[dtype]
+        self.last_report: Optional[OverflowReport] = None
+        self._recorder = _Recorder(model)
+
+    def on_overflow(self, event: Any) -> None:
+        report = self._recorder.analyse(self.dtype, self.limit)
+        self.last_report = report
+        logger.warning("step %d overflowed. %s", event.step, report)
+
+    def on_step(self, event: Any) -> None:
+        self._recorder.clear()
+
+    def close(self) -> None:
+        self._recorder.remove()
+
+
+# --------------------------------------------------------------------------- script runner
+class _OverflowFoundError(Exception):
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.layer)
+        self.finding = finding
+
+
+class _ScriptWatch:
+    """Checks every leaf layer call of a running script (a host read per call: diagnostic only)."""
+
+    def __init__(self, limit: float, loss_scale: float) -> None:
+        self.limit, self.loss_scale = limit, loss_scale
+        self.names: dict = {}
+        self.pending: Optional[Finding] = None
+        self.calls = 0
+        self._depth = 0
+
+    def _name(self, layer: Any) -> str:
+        return self.names.get(id(layer)) or f"{layer.full_name()}"
+
+    def _check(self, layer: Any, direction: str, value: paddle.Tensor, factor: float) -> Optional[Finding]:
+        peak = float(paddle.max(paddle.abs(value.detach().astype("float32"))).numpy().reshape(-1)[0]) * factor
+        if np.isfinite(peak) and peak <= self.limit:
+            return None
+        kind = type(layer).__name__
+        return Finding(self._name(layer), kind, LAYER_OPS.get(kind, ()), direction, peak)
+
+    def wrap(self, original: Callable) -> Callable:
+        watch = self
+
+        def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+            if watch.pending is not None:
+                raise _OverflowFoundError(watch.pending)
+            if watch._depth == 0 and id(layer) not in watch.names:
+                for qual, sub in layer.named_sublayers(include_self=True):
+                    watch.names.setdefault(id(sub), qual or type(sub).__name__)
+            watch._depth += 1
+            try:
+                output = original(layer, *args, **kwargs)
+            finally:
+                watch._depth -= 1
+            if list(layer.children()):
+                return output
+            watch.calls += 1
+            first = output[0] if isinstance(output, (list, tuple)) and output else output
+            if isinstance(first, paddle.Tensor) and first.is_floating_point() and first.size > 0:
+                found = watch._check(layer, "forward", first, 1.0)
+                if found is not None:
+                    raise _OverflowFoundError(found)
+                for item in args:
+                    if isinstance(item, paddle.Tensor) and not item.stop_gradient and item.is_floating_point():
+                        item.register_hook(lambda g, lay=layer: watch._on_grad(lay, g))
+            return output
+
+        return __call__
+
+    def _on_grad(self, layer: Any, grad: paddle.Tensor) -> None:
+        if self.pending is None:
+            self.pending = self._check(layer, "backward", grad, self.loss_scale)
+
+
+def run_script(path: str, argv: List[str], dtype: str = "float16", loss_scale: float = 1.0) -> OverflowReport:
+    """Run a training script with every leaf layer call checked; stop at the first overflow."""
+    import runpy
+    import sys
+
+    watch = _ScriptWatch(LIMITS[dtype], loss_scale)
+    original = paddle.nn.Layer.__call__
+    old_argv = sys.argv
+    paddle.nn.Layer.__call__ = watch.wrap(original)
+    sys.argv = [path, *argv]
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except _OverflowFoundError as stop:
+        return OverflowReport(dtype, LIMITS[dtype], (stop.finding,))
+    finally:
+        paddle.nn.Layer.__call__ = original
+        sys.argv = old_argv
+    found = (watch.pending,) if watch.pending is not None else ()
+    return OverflowReport(dtype, LIMITS[dtype], found)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m paddle_amp_ext.doctor [--dtype D] [--loss-scale S] SCRIPT [ARGS...]``.
+
+    Exit codes: 0 nothing overflowed, 1 an overflow was found (the report says where), 2 usage.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m paddle_amp_ext.doctor",
+        description="Run a Paddle training script and name the first layer whose forward or "
+        "backward value would overflow fp16 (or is already inf/nan).",
+    )
+    parser.add_argument("--dtype", default="float16", choices=tuple(LIMITS))
+    parser.add_argument("--loss-scale", type=float, default=1.0,
+                        help="check backward values as if the loss were scaled by this")
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    report = run_script(args.script, args.args, args.dtype, args.loss_scale)
+    print(report)
+    return 1 if report else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

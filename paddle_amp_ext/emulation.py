@@ -1,0 +1,140 @@
+"""fp16/bf16 dry run on any device: quantize what AMP would hold in low precision.
+
+Under :func:`fp16_emulation`, every leaf layer whose ops the effective white list sends to low
+precision gets its float inputs, its outputs and its parameter gradients rounded through the
+low-precision type (``t.astype('float16').astype('float32')``; autograd quantizes the backward
+pass the same way). Values below fp16's subnormal range become 0 and values above 65504 become
+inf, exactly as fp16 storage would make them, so underflow, overflow and loss scaling can be
+rehearsed on a CPU. The real Paddle scaler machinery (``check_finite_and_unscale``, skip,
+update) runs inside the context.
+
+This emulates storage range and rounding. It does not emulate kernel speed, fp16 accumulation
+inside matmul/conv, or ops Paddle would cast that are not inside a recognised layer.
+
+Example:
+    >>> with fp16_emulation(model):  # doctest: +SKIP
+    ...     loss = model(x).mean()
+    ...     scaler.scale(loss).backward()
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import paddle
+
+from . import _compat, _state
+from .autocast import effective_op_lists, is_kept_fp32
+from .config import AmpConfig
+
+#: Leaf layer classes and the op types eager AMP looks up for them.
+LAYER_OPS: Dict[str, Tuple[str, ...]] = {
+    "Linear": ("matmul_v2", "elementwise_add"),
+    "Conv1D": ("conv2d",),
+    "Conv2D": ("conv2d",),
+    "Conv3D": ("conv3d",),
+    "Conv1DTranspose": ("conv2d_transpose",),
+    "Conv2DTranspose": ("conv2d_transpose",),
+    "Conv3DTranspose": ("conv3d_transpose",),
+    "Bilinear": ("bilinear_tensor_product",),
+    "Embedding": ("lookup_table_v2",),
+    "LayerNorm": ("layer_norm",),
+    "GroupNorm": ("group_norm",),
+    "BatchNorm1D": ("batch_norm",),
+    "BatchNorm2D": ("batch_norm",),
+    "BatchNorm3D": ("batch_norm",),
+    "Softmax": ("softmax",),
+    "LogSoftmax": ("log_softmax",),
+    "ReLU": ("relu",),
+    "GELU": ("gelu",),
+    "Sigmoid": ("sigmoid",),
+    "Tanh": ("tanh",),
+    "Dropout": ("dropout",),
+    "CrossEntropyLoss": ("softmax_with_cross_entropy",),
+    "MSELoss": ("elementwise_sub", "square", "reduce_mean"),
+}
+EMULATED_DTYPES = ("float16", "bfloat16")
+
+
+def quantize(tensor: Any, dtype: str = "float16") -> Any:
+    """Round a float32 tensor through ``dtype`` and back (differentiable); others unchanged."""
+    if isinstance(tensor, paddle.Tensor) and tensor.dtype == paddle.float32:
+        return tensor.astype(dtype).astype("float32")
+    if isinstance(tensor, (list, tuple)):
+        return type(tensor)(quantize(t, dtype) for t in tensor)
+    return tensor
+
+
+def low_precision_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset,
+                         level: str = "O1") -> List[Tuple[str, paddle.nn.Layer]]:
+    """Leaf layers AMP would run in low precision (keep-fp32 subtrees excluded)."""
+    chosen: List[Tuple[str, paddle.nn.Layer]] = []
+
+    def visit(prefix: str, layer: paddle.nn.Layer) -> None:
+        if is_kept_fp32(layer):
+            return
+        children = list(layer.named_children())
+        if children:
+            for name, child in children:
+                visit(f"{prefix}.{name}" if prefix else name, child)
+            return
+        ops = set(LAYER_OPS.get(type(layer).__name__, ()))
+        if not ops or ops & black:
+            return
+        if level == "O2" or ops & white:
+            chosen.append((prefix, layer))
+
+    visit("", model)
+    return chosen
+
+
+@contextlib.contextmanager
+def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str = "O1",
+                   config: Optional[AmpConfig] = None, custom_white_list: Any = None,
+                   custom_black_list: Any = None) -> Iterator[List[str]]:
+    """Emulate ``dtype`` storage for ``model`` on any device; yields the emulated layer names.
+
+    Args:
+        model: the model; it is unchanged after the context (hooks are removed).
+        dtype: ``"float16"`` or ``"bfloat16"``.
+        level, custom_white_list, custom_black_list, config: as for ``auto_cast``; they pick
+            the layers that are emulated.
+
+    Raises:
+        ValueError: an unsupported dtype, or a bad op list.
+    """
+    if dtype not in EMULATED_DTYPES:
+        raise ValueError(f"fp16_emulation dtype must be one of {EMULATED_DTYPES}. Received: dtype={dtype!r}")
+    if config is not None and config.fp32_layers:
+        from .autocast import keep_fp32
+
+        keep_fp32(model, config.fp32_layers)
+    white, black = effective_op_lists(dtype, level, config, custom_white_list, custom_black_list)
+    layers = low_precision_layers(model, white, black, config.level if config else level)
+    handles: List[Any] = []
+
+    def pre_hook(layer: Any, inputs: Any) -> Any:
+        return quantize(inputs, dtype)
+
+    def post_hook(layer: Any, inputs: Any, output: Any) -> Any:
+        return quantize(output, dtype)
+
+    def grad_hook(grad: paddle.Tensor) -> paddle.Tensor:
+        return quantize(grad, dtype)
+
+    previous = _compat.set_amp_state_dtype(dtype)
+    _state.push_emulation(dtype)
+    try:
+        for _, layer in layers:
+            handles.append(layer.register_forward_pre_hook(pre_hook))
+            handles.append(layer.register_forward_post_hook(post_hook))
+            for param in layer.parameters(include_sublayers=False):
+                if not param.stop_gradient:
+                    handles.append(param.register_hook(grad_hook))
+        yield [name for name, _ in layers]
+    finally:
+        for handle in handles:
+            handle.remove()
+        _state.pop_emulation()
+        _compat.set_amp_state_dtype(previous)

@@ -1,0 +1,172 @@
+"""Validated custom white/black op lists.
+
+Paddle accepts any string in ``custom_white_list`` and ignores names that are not op types, and
+eager AMP looks ops up by their legacy names (``paddle.matmul`` is ``matmul_v2``, ``+`` is
+``elementwise_add``). Here every name is checked against the installed Paddle's op registry, API
+names are mapped through :data:`ALIASES`, and names that change nothing are reported.
+
+Example:
+    >>> lists = resolve(["matmul"], ["softmx"])  # doctest: +SKIP
+    ValueError: Unknown op 'softmx' in custom_black_list. Did you mean 'softmax'?
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Callable, Collection, FrozenSet, Iterable, Mapping, Tuple
+
+#: API names users write -> the op types eager AMP looks up (Paddle 2.6 and 3.x). Each entry is
+#: checked by the test suite: the API is run under ``paddle.amp.debugging`` operator statistics
+#: and the recorded op type must be the target.
+ALIASES: Mapping[str, Tuple[str, ...]] = {
+    "matmul": ("matmul_v2",),
+    "mm": ("matmul_v2",),
+    "linear": ("matmul_v2",),
+    "add": ("elementwise_add",),
+    "subtract": ("elementwise_sub",),
+    "multiply": ("elementwise_mul",),
+    "divide": ("elementwise_div",),
+    "maximum": ("elementwise_max",),
+    "minimum": ("elementwise_min",),
+    "remainder": ("elementwise_mod",),
+    "floor_divide": ("elementwise_floordiv",),
+    "sum": ("reduce_sum",),
+    "mean": ("reduce_mean",),
+    "max": ("reduce_max",),
+    "min": ("reduce_min",),
+    "prod": ("reduce_prod",),
+    "cross_entropy": ("softmax_with_cross_entropy",),
+    "cross_entropy_with_softmax": ("softmax_with_cross_entropy",),
+    "binary_cross_entropy_with_logits": ("sigmoid_cross_entropy_with_logits",),
+    "embedding": ("lookup_table_v2",),
+    "transpose": ("transpose2",),
+    "reshape": ("reshape2",),
+    "flatten": ("flatten_contiguous_range",),
+}
+
+#: A callable returning every valid op type name (defaults to the installed Paddle's registry).
+Registry = Callable[[], Collection[str]]
+
+
+def _default_registry() -> Collection[str]:
+    from ._compat import registered_op_names
+
+    return registered_op_names()
+
+
+@dataclass(frozen=True)
+class ResolvedLists:
+    """Custom lists after validation and alias mapping.
+
+    Attributes:
+        white, black: what is passed to Paddle (the names as written plus their alias targets).
+        mapped: one sentence per API name that was mapped to the op type eager AMP sees.
+        no_effect: one sentence per name that changes nothing for this dtype/level.
+    """
+
+    white: FrozenSet[str]
+    black: FrozenSet[str]
+    mapped: Tuple[str, ...] = ()
+    no_effect: Tuple[str, ...] = ()
+
+
+def expand(names: Iterable[str]) -> list[str]:
+    """Each name followed by its alias targets, without duplicates, in order."""
+    out: list[str] = []
+    for name in names:
+        for item in (name, *ALIASES.get(name, ())):
+            if item not in out:
+                out.append(item)
+    return out
+
+
+def suggest(name: str, registry: Collection[str]) -> list[str]:
+    """Up to three real names closest to ``name``."""
+    pool = set(registry) | set(ALIASES)
+    return difflib.get_close_matches(name, sorted(pool), n=3, cutoff=0.6)
+
+
+def validate(
+    white: Iterable[str], black: Iterable[str], registry: Registry = _default_registry
+) -> None:
+    """Raise ValueError for an unknown name or a name in both lists (after alias mapping)."""
+    white, black = list(white), list(black)
+    if not white and not black:
+        return
+    known = registry()
+    for list_name, names in (("custom_white_list", white), ("custom_black_list", black)):
+        for name in names:
+            if name in ALIASES or name in known:
+                continue
+            hints = suggest(name, known)
+            if hints:
+                hint = " Did you mean " + " or ".join(repr(h) for h in hints) + "?"
+            else:
+                hint = " Run `python -m paddle_amp_ext.check --list-ops` to see valid op names."
+            raise ValueError(f"Unknown op {name!r} in {list_name}.{hint}")
+    both = sorted(set(expand(white)) & set(expand(black)))
+    if both:
+        raise ValueError(
+            f"Ops in both custom_white_list and custom_black_list: {both}. "
+            "An op can be forced to low precision or to float32, not both: remove it from one list."
+        )
+
+
+def resolve(
+    white: Iterable[str] | None,
+    black: Iterable[str] | None,
+    dtype: str = "float16",
+    level: str = "O1",
+    registry: Registry = _default_registry,
+    defaults: Callable[[str, str], Tuple[FrozenSet[str], FrozenSet[str]]] | None = None,
+) -> ResolvedLists:
+    """Validate and map custom lists for ``dtype``/``level``; explain names that do nothing.
+
+    Args:
+        white, black: custom lists as the user wrote them.
+        dtype: ``"float16"`` or ``"bfloat16"``.
+        level: ``"O1"``, ``"O2"`` or ``"OD"``.
+
+    Returns:
+        ResolvedLists with the names to hand to Paddle and sentences for the log.
+
+    Raises:
+        ValueError: unknown op (with suggestions) or an op in both lists.
+    """
+    white = list(white or ())
+    black = list(black or ())
+    validate(white, black, registry)
+    if defaults is None:
+        from ._compat import default_op_lists as defaults
+    default_white, default_black = defaults(dtype, level if level in ("O1", "O2") else "O1")
+    mapped = [
+        f"{name!r} is looked up by eager AMP as "
+        + ", ".join(repr(t) for t in ALIASES[name])
+        + "; both are listed."
+        for name in white + black
+        if name in ALIASES
+    ]
+    notes: list[str] = []
+    for name in white:
+        targets = set(expand([name]))
+        if level == "O2":
+            notes.append(
+                f"custom_white_list entry {name!r} has no effect at level O2, where every op "
+                "but the black list already runs in low precision."
+            )
+        elif targets & default_white and not targets & default_black:
+            notes.append(
+                f"custom_white_list entry {name!r} has no effect: it is already in Paddle's "
+                f"default {dtype} white list."
+            )
+    for name in black:
+        targets = set(expand([name]))
+        if targets & default_black and not targets & default_white:
+            notes.append(
+                f"custom_black_list entry {name!r} has no effect: it is already in Paddle's "
+                f"default {dtype} {level} black list."
+            )
+    return ResolvedLists(
+        frozenset(expand(white)), frozenset(expand(black)), tuple(mapped), tuple(notes)
+    )

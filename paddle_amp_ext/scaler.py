@@ -1,0 +1,398 @@
+"""``GradScaler``: Paddle's scaler with clip-aware ``step``, bounds, reports and no silent collapse.
+
+The recipe (Paddle's documented loop, one argument more)::
+
+    scaler = paddle_amp_ext.GradScaler(init_loss_scaling=2**14)
+    with paddle_amp_ext.auto_cast():
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    result = scaler.step(optimizer, grad_clip=1.0)   # unscale, clip, step unless inf/nan
+    scaler.update()
+    optimizer.clear_grad()
+
+Host syncs: ``step()`` reads one bool (found_inf) back from the device to decide whether to
+step, as Paddle's own scaler does once per iteration. Nothing else on the per-step path does;
+``loss_scale`` is tracked on the host. With data parallelism the flag is all-reduced (MAX) first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, List, Optional, Union
+
+import numpy as np
+import paddle
+
+from . import _compat, _state
+from ._log import info_once, logger, warn_once
+from .clip import clip_grads_, resolve_clip
+from .config import AmpConfig, validate_scaling
+from .device import current_decision
+from .errors import AmpOverflowError
+from .events import StepEvent, StepResult, call_optional
+from .lossscale import DynamicLossScale
+
+STATE_VERSION = 1
+_CONFIG_KEYS = ("init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
+                "decr_every_n_nan_or_inf", "use_dynamic_loss_scaling", "min_loss_scaling",
+                "max_loss_scaling", "hysteresis", "max_consecutive_skips", "on_collapse")
+
+
+def _host_bool(flag: paddle.Tensor) -> bool:
+    """The one device-to-host read of the step (robust to numpy >= 2.4 scalar rules)."""
+    return bool(np.asarray(flag.numpy()).reshape(-1)[0])
+
+
+def _all_reduce_max(flag: paddle.Tensor) -> paddle.Tensor:
+    if not (paddle.distributed.is_initialized() and paddle.distributed.get_world_size() > 1):
+        return flag
+    as_int = flag.astype("int32")
+    paddle.distributed.all_reduce(as_int, op=paddle.distributed.ReduceOp.MAX)
+    return as_int.astype("bool")
+
+
+class GradScaler(paddle.amp.GradScaler):
+    """Drop-in ``paddle.amp.GradScaler`` (same arguments and defaults) with more keywords.
+
+    Args:
+        enable: True, False, or ``"auto"`` (on exactly when the gate picks float16).
+        init_loss_scaling, incr_ratio, decr_ratio, incr_every_n_steps,
+        decr_every_n_nan_or_inf, use_dynamic_loss_scaling: as in Paddle.
+        min_loss_scaling: the scale never drops below this (default 1.0).
+        max_loss_scaling: the scale never grows above this (default 2**24).
+        hysteresis: ``"consecutive"`` (Paddle's) or ``"cumulative"``; see :mod:`lossscale`.
+        max_consecutive_skips: after this many skipped iterations in a row, ``on_collapse``.
+        on_collapse: ``"warn"`` (log once per collapse) or ``"raise"`` (``AmpOverflowError``).
+        hooks: objects with ``on_step(event)`` (e.g. ``VisualDLHook``), see :meth:`add_hook`.
+        config: an :class:`AmpConfig` supplying the scaler settings and ``enable``.
+        sync_found_inf: all-reduce found_inf across the data-parallel group (default True).
+
+    Raises:
+        ValueError, TypeError: a bad setting, naming it.
+    """
+
+    def __init__(
+        self,
+        enable: Union[bool, str] = True,
+        init_loss_scaling: float = 2.0**16,
+        incr_ratio: float = 2.0,
+        decr_ratio: float = 0.5,
+        incr_every_n_steps: int = 2000,
+        decr_every_n_nan_or_inf: int = 1,
+        use_dynamic_loss_scaling: bool = True,
+        *,
+        min_loss_scaling: float = 1.0,
+        max_loss_scaling: float = 2.0**24,
+        hysteresis: str = "consecutive",
+        max_consecutive_skips: Optional[int] = None,
+        on_collapse: str = "warn",
+        hooks: Iterable[Any] = (),
+        config: Optional[AmpConfig] = None,
+        sync_found_inf: bool = True,
+    ) -> None:
+        if config is not None:
+            settings = {k: getattr(config, k) for k in _CONFIG_KEYS}
+            enable = "auto" if config.dtype == "auto" and config.enable else config.enable
+        else:
+            settings = dict(
+                init_loss_scaling=init_loss_scaling, incr_ratio=incr_ratio, decr_ratio=decr_ratio,
+                incr_every_n_steps=incr_every_n_steps,
+                decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
+                use_dynamic_loss_scaling=use_dynamic_loss_scaling,
+                min_loss_scaling=min_loss_scaling, max_loss_scaling=max_loss_scaling,
+                hysteresis=hysteresis, max_consecutive_skips=max_consecutive_skips,
+                on_collapse=on_collapse,
+            )
+            AmpConfig(**settings)  # the same validation and messages as a config
+        validate_scaling(**{k: settings[k] for k in (
+            "init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
+            "decr_every_n_nan_or_inf", "min_loss_scaling", "max_loss_scaling")})
+        super().__init__(enable=False)  # Paddle would warn on every CPU construction
+        self._policy = DynamicLossScale(
+            init=float(settings["init_loss_scaling"]),
+            incr_ratio=float(settings["incr_ratio"]),
+            decr_ratio=float(settings["decr_ratio"]),
+            incr_every_n_steps=int(settings["incr_every_n_steps"]),
+            decr_every_n_nan_or_inf=int(settings["decr_every_n_nan_or_inf"]),
+            min_scale=float(settings["min_loss_scaling"]),
+            max_scale=float(settings["max_loss_scaling"]),
+            hysteresis=settings["hysteresis"],
+            dynamic=bool(settings["use_dynamic_loss_scaling"]),
+        )
+        _compat.init_scaler_state(self, self._policy.scale)
+        self._use_dynamic_loss_scaling = self._policy.dynamic
+        self._max_consecutive_skips = settings["max_consecutive_skips"]
+        self._on_collapse = settings["on_collapse"]
+        self._sync_found_inf = sync_found_inf
+        self._hooks: List[Any] = []
+        for hook in hooks:
+            self.add_hook(hook)
+        self._requested = self._resolve_request(enable)
+        self._dtype_disabled = False
+        self._found_by_opt: dict = {}
+        self._found_since_update = False
+        self._stepped_since_update = False
+        self._last_skipped = False
+        self._last_result: Optional[StepResult] = None
+        self._loss_sum: Optional[paddle.Tensor] = None
+        self._last_lr: Optional[float] = None
+        _compat.set_scaler_enabled(self, self._active())
+
+    # ------------------------------------------------------------------ enablement
+    def _resolve_request(self, enable: Union[bool, str]) -> bool:
+        if enable == "auto":
+            decision = current_decision("auto")
+            if not decision.use_loss_scaling:
+                info_once(f"scaler:auto:{decision.reason}", "GradScaler(enable='auto') is off: %s",
+                          decision.reason)
+            self._device_ok = decision.use_loss_scaling
+            return decision.use_loss_scaling
+        if not isinstance(enable, bool):
+            raise TypeError(f"enable must be True, False or 'auto'. Received: enable={enable!r}")
+        self._device_ok = _compat.place_kind() != "cpu"
+        if enable and not self._device_ok:
+            warn_once(
+                "scaler:cpu",
+                "GradScaler: loss scaling is off because Paddle runs on the CPU (no float16 "
+                "kernels). step() still clips and steps; inside fp16_emulation() the scaler runs "
+                "for real.",
+            )
+        return enable
+
+    def _active(self) -> bool:
+        if not self._requested or self._dtype_disabled:
+            return False
+        emulated = _state.emulated_dtype()
+        if emulated is not None:
+            return emulated == "float16"
+        return self._device_ok
+
+    # ------------------------------------------------------------------ Paddle API
+    def scale(self, var: paddle.Tensor) -> paddle.Tensor:
+        """Multiply ``var`` by the loss scale (unchanged when loss scaling is off)."""
+        if not isinstance(var, paddle.Tensor):
+            raise TypeError(f"scale() expects a paddle.Tensor loss. Received: {type(var).__name__}")
+        detached = var.detach()
+        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
+        active = self._active()
+        if active and _state.emulated_dtype() is None and _compat.amp_state_dtype() != "float16":
+            self._dtype_disabled = True
+            active = False
+            info_once("scaler:dtype", "GradScaler turned off: AMP dtype is %s, which needs no loss "
+                      "scaling.", _compat.amp_state_dtype())
+        _compat.set_scaler_enabled(self, active)
+        if not active:
+            return var
+        return var * _compat.scaler_scale_tensor(self)
+
+    def unscale_(self, optimizer: Any) -> None:
+        """Divide the optimizer's gradients by the scale now (e.g. before your own clipping).
+
+        Raises:
+            RuntimeError: called twice for this optimizer, or after ``step()``, before update().
+        """
+        if not self.is_enable():
+            return
+        found = _compat.unscale(self, optimizer)
+        if self._sync_found_inf:
+            found = _all_reduce_max(found)
+        self._found_by_opt[id(optimizer)] = found
+
+    def _skip(self, optimizer: Any) -> bool:
+        stage = _compat.optimizer_stage(self, optimizer)
+        if stage == "STEPPED":
+            raise RuntimeError(
+                "step() has already been called on this optimizer since the last update(): "
+                "call scaler.update() once per iteration, after every optimizer's step()."
+            )
+        if stage == "INIT":
+            self.unscale_(optimizer)
+        skipped = _host_bool(self._found_by_opt.pop(id(optimizer)))
+        self._found_since_update = self._found_since_update or skipped
+        self._last_skipped = self._found_since_update
+        return skipped
+
+    def step(self, optimizer: Any, parameters: Optional[Iterable[paddle.Tensor]] = None,
+             grad_clip: Any = None) -> StepResult:
+        """Unscale (once), clip the unscaled gradients, and step unless inf/nan was found.
+
+        Args:
+            optimizer: the Paddle optimizer.
+            parameters: whose gradients to clip; default: the optimizer's.
+            grad_clip: a float max global norm, or a ``paddle.nn.ClipGradByGlobalNorm`` /
+                ``ClipGradByNorm`` / ``ClipGradByValue``.
+
+        Returns:
+            StepResult(skipped, loss_scale, grad_norm).
+
+        Raises:
+            RuntimeError: ``step`` twice for one optimizer before ``update()``.
+            TypeError, ValueError: a bad ``grad_clip``.
+        """
+        clip = resolve_clip(grad_clip)
+        scale_used = self._policy.scale if self.is_enable() else 1.0
+        skipped = self._skip(optimizer) if self.is_enable() else False
+        norm = None
+        if not skipped:
+            if clip is not None:
+                params = list(parameters) if parameters is not None else _compat.optimizer_parameters(optimizer)
+                norm = clip_grads_(params, clip)
+            optimizer.step()
+            self._last_lr = float(optimizer.get_lr())
+        if self.is_enable():
+            _compat.mark_stepped(self, optimizer)
+            if not self._policy.dynamic:
+                _compat.reset_optimizer_stages(self)
+        self._stepped_since_update = True
+        self._last_result = StepResult(skipped=skipped, loss_scale=scale_used, grad_norm=norm)
+        return self._last_result
+
+    def minimize(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        """``optimizer.minimize(*args)`` unless inf/nan was found, then ``update()``."""
+        if not self.is_enable():
+            out = optimizer.minimize(*args, **kwargs)
+            self._stepped_since_update = True
+            self._last_result = StepResult(False, 1.0)
+            self.update()
+            return out
+        skipped = self._skip(optimizer)
+        out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)
+        self._stepped_since_update = True
+        self._last_result = StepResult(skipped, self._policy.scale)
+        self.update()
+        return out
+
+    def update(self) -> None:
+        """Close the iteration: update the scale, count skips, tell the hooks."""
+        if not self._stepped_since_update:
+            logger.debug("update() without step(): nothing to do")
+            return
+        found, result = self._found_since_update, self._last_result
+        before = self._policy.scale
+        after = self._policy.update(found) if self.is_enable() else before
+        if after != before:
+            _compat.set_scaler_scale(self, after)
+        _compat.reset_optimizer_stages(self)
+        event = StepEvent(self._policy.steps - 1, self._loss_sum, result, self._last_lr,
+                          after if self.is_enable() else 1.0)
+        self._found_since_update = self._stepped_since_update = False
+        self._loss_sum = None
+        if found:
+            self._report_overflow(event, before, after)
+        for hook in self._hooks:
+            if hasattr(hook, "on_step"):
+                hook.on_step(event)
+            else:
+                hook(event)
+
+    def _report_overflow(self, event: StepEvent, before: float, after: float) -> None:
+        logger.info("Found inf/nan in gradients at step %d: optimizer step skipped; loss scale "
+                    "%g -> %g", event.step, before, after)
+        for hook in self._hooks:
+            call_optional(hook, "on_overflow", event)
+        if self._policy.at_minimum:
+            warn_once(f"scaler:min:{id(self)}", "Loss scale reached its minimum %g and gradients "
+                      "are still inf/nan.", self._policy.min_scale)
+        limit = self._max_consecutive_skips
+        if limit is not None and self._policy.consecutive_skips >= limit:
+            message = (
+                f"{self._policy.consecutive_skips} consecutive steps had inf/nan gradients "
+                f"(loss scale now {after:g}): the model produces inf/nan whatever the scale. "
+                "Run paddle_amp_ext.find_overflow(model, ...) (or `python -m "
+                "paddle_amp_ext.doctor`) to find the layer, then black-list its op, keep it in "
+                "float32, or switch to bfloat16."
+            )
+            if self._on_collapse == "raise":
+                raise AmpOverflowError(message)
+            if self._policy.consecutive_skips == limit:
+                logger.warning(message)
+
+    # ------------------------------------------------------------------ hooks and state
+    def add_hook(self, hook: Any) -> Any:
+        """Register ``hook`` (``on_step(event)``, optional ``on_overflow``, ``close``); returns it."""
+        if not (hasattr(hook, "on_step") or callable(hook)):
+            raise TypeError(f"A hook needs an on_step(event) method or must be callable. Received: {hook!r}")
+        self._hooks.append(hook)
+        return hook
+
+    def remove_hook(self, hook: Any) -> None:
+        self._hooks.remove(hook)
+
+    def step_scheduler(self, lr_scheduler: Any) -> bool:
+        """Step ``lr_scheduler`` only if the optimizer really stepped; return whether it did."""
+        if self._last_skipped:
+            return False
+        lr_scheduler.step()
+        return True
+
+    @property
+    def loss_scale(self) -> float:
+        """The current loss scale (host float; 1.0 when loss scaling is off)."""
+        return self._policy.scale if self.is_enable() else 1.0
+
+    @property
+    def skipped_steps(self) -> int:
+        return self._policy.skipped_steps
+
+    @property
+    def consecutive_skips(self) -> int:
+        return self._policy.consecutive_skips
+
+    @property
+    def last_step_skipped(self) -> bool:
+        return self._last_skipped
+
+    @property
+    def hooks(self) -> tuple:
+        return tuple(self._hooks)
+
+    def set_init_loss_scaling(self, new_init_loss_scaling: float) -> None:
+        validate_scaling(init_loss_scaling=new_init_loss_scaling, incr_ratio=2.0, decr_ratio=0.5,
+                         incr_every_n_steps=1, decr_every_n_nan_or_inf=1,
+                         min_loss_scaling=self._policy.min_scale, max_loss_scaling=self._policy.max_scale)
+        self._policy.scale = float(new_init_loss_scaling)
+        _compat.set_scaler_scale(self, self._policy.scale)
+
+    def state_dict(self) -> dict:
+        """Versioned state: Paddle's keys (``scale`` as a float32 array) plus bounds and counters."""
+        state = self._policy.state_dict()
+        state["scale"] = np.array([self._policy.scale], dtype=np.float32)
+        state["version"] = STATE_VERSION
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load our state dict or one from ``paddle.amp.GradScaler.state_dict()``.
+
+        Raises:
+            RuntimeError: an empty dict (saved from a disabled Paddle scaler).
+            ValueError: a state dict from a newer paddle-amp-ext.
+        """
+        if not state_dict:
+            raise RuntimeError("The scaler state dict is empty: it was saved from a disabled "
+                               "GradScaler, so there is no loss scale to resume.")
+        version = int(state_dict.get("version", 0))
+        if version > STATE_VERSION:
+            raise ValueError(f"Scaler state dict version {version} is newer than this "
+                             f"paddle-amp-ext supports ({STATE_VERSION}): upgrade paddle-amp-ext.")
+        state = dict(state_dict)
+        state["scale"] = float(np.asarray(state["scale"], dtype=np.float64).reshape(-1)[0])
+        self._policy.load_state_dict(state)
+        self._use_dynamic_loss_scaling = self._policy.dynamic
+        _compat.set_scaler_scale(self, self._policy.scale)
+
+    # Paddle's get_/set_ methods read and write these names: route them to the policy.
+    def _policy_attr(name: str):  # noqa: N805 - descriptor factory used in the class body
+        def get(self):
+            return getattr(self._policy, name)
+
+        def put(self, value):
+            setattr(self._policy, name, value)
+
+        return property(get, put)
+
+    _incr_ratio = _policy_attr("incr_ratio")
+    _decr_ratio = _policy_attr("decr_ratio")
+    _incr_every_n_steps = _policy_attr("incr_every_n_steps")
+    _decr_every_n_nan_or_inf = _policy_attr("decr_every_n_nan_or_inf")
+    _incr_count = _policy_attr("incr_count")
+    _decr_count = _policy_attr("decr_count")
+    del _policy_attr

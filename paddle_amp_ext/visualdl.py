@@ -1,0 +1,217 @@
+"""VisualDL hooks: loss and loss scale at every step, read back from the device in batches.
+
+``VisualDLHook`` is a scaler hook: ``GradScaler(hooks=[VisualDLHook("runs/x")])``. Per training
+step it logs ``train/loss``, ``amp/loss_scale`` (the scale used in that step), ``amp/skipped``
+(0/1), ``amp/grad_norm`` (when ``step(grad_clip=...)`` computed it) and ``train/lr``. The loss and
+grad norm stay on the device; every ``flush_every`` steps (and at close) they are fetched in one
+transfer and written as one VisualDL record, so a non-flush step costs a list append.
+
+``VisualDLCallback`` logs the same tags for ``paddle.Model.fit(..., amp_configs=...)``.
+
+VisualDL is imported here only, when a hook is created. Serve the logs with
+``python -m paddle_amp_ext.visualdl_serve --logdir runs`` (which adds ``--language en
+--disable-telemetry``; see the README for why).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import weakref
+from typing import Any, List, Optional, Tuple
+
+import paddle
+
+from . import _compat
+from ._log import logger
+from .events import StepEvent
+
+TAGS = ("train/loss", "amp/loss_scale", "amp/skipped", "amp/grad_norm", "train/lr")
+
+
+def _visualdl() -> Tuple[Any, Any]:
+    try:
+        from visualdl import LogWriter
+        from visualdl.proto.record_pb2 import Record
+    except ImportError as exc:
+        raise ImportError(
+            "VisualDL hooks need VisualDL: pip install 'paddle-amp-ext[visualdl]'"
+        ) from exc
+    return LogWriter, Record
+
+
+def _rank() -> Tuple[int, int]:
+    try:
+        return paddle.distributed.get_rank(), paddle.distributed.get_world_size()
+    except Exception:
+        return 0, 1
+
+
+class _BatchedWriter:
+    """Buffers (step, tag, device-or-host value) rows; one device read and one record per flush."""
+
+    def __init__(self, logdir: str, flush_every: int, filename_suffix: str) -> None:
+        if not isinstance(flush_every, int) or flush_every < 1:
+            raise ValueError(f"flush_every must be an int >= 1. Received: flush_every={flush_every!r}")
+        writer_cls, self._record = _visualdl()
+        self.logdir = logdir
+        self.flush_every = flush_every
+        self._writer = writer_cls(logdir=logdir, filename_suffix=filename_suffix)
+        self._rows: List[Tuple[int, int, str, Any]] = []
+        self._steps = 0
+        self.closed = False
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    def add(self, step: int, walltime_ms: int, values: List[Tuple[str, Any]]) -> None:
+        for tag, value in values:
+            self._rows.append((step, walltime_ms, tag, value))
+        self._steps += 1
+        if self._steps >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Fetch buffered device values in one transfer and write them as one record."""
+        if self.closed or not self._rows:
+            return
+        device = [i for i, row in enumerate(self._rows) if isinstance(row[3], paddle.Tensor)]
+        fetched = {}
+        if device:
+            stacked = paddle.stack([self._rows[i][3].astype("float32").reshape([1]) for i in device])
+            fetched = dict(zip(device, stacked.numpy().reshape(-1).tolist()))
+        values = [
+            self._record.Value(id=step, tag=tag, timestamp=wall, value=float(fetched.get(i, value)))
+            for i, (step, wall, tag, value) in enumerate(self._rows)
+        ]
+        self._writer._get_file_writer().add_record(self._record(values=values))
+        self._writer.flush()
+        self._rows, self._steps = [], 0
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.flush()
+        self._writer.close()
+        self.closed = True
+
+
+def _close_at_exit(ref: weakref.ref[_BatchedWriter]) -> None:
+    writer = ref()
+    if writer is not None and not writer.closed:
+        try:
+            writer.close()
+        except Exception as exc:  # interpreter shutdown: report, never raise
+            logger.warning("VisualDL hook could not flush at exit: %r", exc)
+
+
+def _log_dir(logdir: str, all_ranks: bool) -> Optional[str]:
+    rank, world = _rank()
+    if world > 1 and all_ranks:
+        return os.path.join(logdir, f"rank{rank}")
+    return logdir if rank == 0 else None
+
+
+class VisualDLHook:
+    """Log loss, loss scale, skips, grad norm and lr to VisualDL at every step.
+
+    Args:
+        logdir: VisualDL log directory (``visualdl --logdir`` its parent or itself).
+        flush_every: fetch device values and write every N steps (and at close/exit).
+        all_ranks: in data-parallel runs log every rank to ``logdir/rank{N}``; default rank 0 only.
+        filename_suffix: passed to VisualDL's LogWriter (two writers in one directory in the same
+            second would otherwise share a file).
+
+    Example:
+        >>> with VisualDLHook("runs/exp1") as hook:  # doctest: +SKIP
+        ...     scaler = paddle_amp_ext.GradScaler(hooks=[hook])
+        ...     train(scaler)
+    """
+
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, all_ranks: bool = False,
+                 filename_suffix: str = "") -> None:
+        target = _log_dir(str(logdir), all_ranks)
+        self._out = _BatchedWriter(target, flush_every, filename_suffix) if target else None
+        self.logdir = target
+
+    @property
+    def active(self) -> bool:
+        """False on ranks that do not log."""
+        return self._out is not None and not self._out.closed
+
+    def on_step(self, event: StepEvent) -> None:
+        if not self.active:
+            return
+        result = event.result
+        values: List[Tuple[str, Any]] = []
+        if event.loss is not None:
+            values.append(("train/loss", event.loss))
+        values.append(("amp/loss_scale", result.loss_scale if result else 1.0))
+        values.append(("amp/skipped", 1.0 if result and result.skipped else 0.0))
+        if result is not None and result.grad_norm is not None:
+            values.append(("amp/grad_norm", result.grad_norm))
+        if event.lr is not None:
+            values.append(("train/lr", event.lr))
+        self._out.add(event.step, int(time.time() * 1000), values)
+
+    def flush(self) -> None:
+        if self._out is not None:
+            self._out.flush()
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+
+    def __enter__(self) -> VisualDLHook:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class VisualDLCallback(paddle.callbacks.Callback):
+    """hapi callback: the same tags for ``paddle.Model.fit(..., amp_configs=...)``.
+
+    The loss comes from hapi's logs (already on the host); the loss scale and the skip flag of
+    hapi's own GradScaler stay on the device until a flush.
+
+    Example:
+        >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
+    """
+
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, all_ranks: bool = False) -> None:
+        super().__init__()
+        target = _log_dir(str(logdir), all_ranks)
+        self._out = _BatchedWriter(target, flush_every, "") if target else None
+        self.logdir = target
+        self._step = 0
+
+    def on_train_batch_end(self, step: int, logs: Optional[dict] = None) -> None:
+        if self._out is None:
+            return
+        logs = logs or {}
+        values: List[Tuple[str, Any]] = []
+        loss = logs.get("loss")
+        if loss is not None:
+            first = loss[0] if isinstance(loss, (list, tuple)) else loss
+            values.append(("train/loss", float(getattr(first, "item", lambda: first)())))
+        scaler = _compat.hapi_scaler(self.model)
+        if scaler is not None and scaler.is_enable():
+            scale, found = _compat.paddle_scaler_view(scaler)
+            if scale is not None:
+                values.append(("amp/loss_scale", scale))
+            if isinstance(found, paddle.Tensor):
+                values.append(("amp/skipped", found))
+            elif found is not None:
+                values.append(("amp/skipped", float(bool(found))))
+        else:
+            values.append(("amp/loss_scale", 1.0))
+            values.append(("amp/skipped", 0.0))
+        optimizer = getattr(self.model, "_optimizer", None)
+        if optimizer is not None:
+            values.append(("train/lr", float(optimizer.get_lr())))
+        self._out.add(self._step, int(time.time() * 1000), values)
+        self._step += 1
+
+    def on_train_end(self, logs: Optional[dict] = None) -> None:
+        if self._out is not None:
+            self._out.close()
