@@ -16,7 +16,7 @@ import paddle
 
 from . import _compat, _state, oplists
 from ._log import info_once, logger, warn_once
-from .config import DTYPES, AmpConfig
+from .config import DTYPES, AmpConfig, as_op_names
 from .device import current_decision
 
 _KEEP_FP32_FLAG = "_paddle_amp_ext_keep_fp32"
@@ -91,14 +91,7 @@ def _auto_cast(
     level = str(level).upper()
     dtype = _normalize_dtype(dtype)
     enable, run_dtype = resolve_precision(enable, dtype, strict=strict)
-    from .config import _names
-
-    resolved = oplists.resolve(
-        _names("custom_white_list", white),
-        _names("custom_black_list", black),
-        run_dtype if run_dtype != "auto" else "float16",
-        level,
-    )
+    resolved = oplists.resolve(white, black, run_dtype, level)
     for note in resolved.mapped:
         info_once(f"oplists:{note}", "%s", note)
     for note in resolved.no_effect:
@@ -152,17 +145,14 @@ def auto_cast(
             dtype=dtype,
         ),
     )
-    # validate now, so a typo fails at the call site even if the block is never entered
-    from .config import _names
-
-    oplists.validate(
-        _names("custom_white_list", args["custom_white_list"]),
-        _names("custom_black_list", args["custom_black_list"]),
-    )
+    # materialize once and validate now, so a typo fails at the call site
+    white = as_op_names("custom_white_list", args["custom_white_list"])
+    black = as_op_names("custom_black_list", args["custom_black_list"])
+    oplists.validate(white, black)
     return _auto_cast(
         args["enable"],
-        args["custom_white_list"],
-        args["custom_black_list"],
+        white,
+        black,
         args["level"],
         args["dtype"],
         use_promote,

@@ -30,7 +30,8 @@ def _describe(value: object) -> str:
     return f"{value!r} (of type {type(value).__name__})"
 
 
-def _names(list_name: str, value: object) -> tuple[str, ...]:
+def as_op_names(list_name: str, value: object) -> tuple[str, ...]:
+    """``value`` (None or an iterable of str) as a tuple; TypeError naming ``list_name`` otherwise."""
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
@@ -124,11 +125,11 @@ class AmpConfig:
         put(self, "level", _choice("level", self.level, LEVELS, normalize=str.upper))
         put(self, "hysteresis", _choice("hysteresis", self.hysteresis, HYSTERESIS))
         put(self, "on_collapse", _choice("on_collapse", self.on_collapse, ON_COLLAPSE))
-        white = _names("custom_white_list", self.custom_white_list)
-        black = _names("custom_black_list", self.custom_black_list)
+        white = as_op_names("custom_white_list", self.custom_white_list)
+        black = as_op_names("custom_black_list", self.custom_black_list)
         put(self, "custom_white_list", white)
         put(self, "custom_black_list", black)
-        put(self, "fp32_layers", _names("fp32_layers", self.fp32_layers))
+        put(self, "fp32_layers", as_op_names("fp32_layers", self.fp32_layers))
         oplists.validate(white, black)
         validate_scaling(
             init_loss_scaling=self.init_loss_scaling,
