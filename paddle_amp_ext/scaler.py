@@ -326,7 +326,11 @@ class GradScaler(paddle.amp.GradScaler):
 
     @property
     def loss_scale(self) -> float:
-        """The current loss scale (host float; 1.0 when loss scaling is off)."""
+        """The scale the next ``scale()`` applies (host float, no sync).
+
+        1.0 while loss scaling is off: ``enable=False``, the CPU outside ``fp16_emulation``, or a
+        bfloat16/float32 run. ``state_dict()["scale"]`` always holds the configured scale.
+        """
         return self._policy.scale if self.is_enable() else 1.0
 
     @property
