@@ -166,7 +166,8 @@ def find_overflow(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callab
     finally:
         recorder.remove()
         if loss_fn is not None:
-            model.clear_gradients()
+            for param in model.parameters():
+                param.clear_gradient(False)
     if report:
         logger.warning("%s", report)
     return report

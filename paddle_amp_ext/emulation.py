@@ -2,8 +2,9 @@
 
 Under :func:`fp16_emulation`, every leaf layer whose ops the effective white list sends to low
 precision gets its float inputs, its outputs and its parameter gradients rounded through the
-low-precision type (``t.astype('float16').astype('float32')``; autograd quantizes the backward
-pass the same way). Values below fp16's subnormal range become 0 and values above 65504 become
+low-precision type (``t.astype('float16').astype('float32')`` where Paddle's cast rounds to
+nearest-even, an exact arithmetic rounding elsewhere; see :mod:`rounding`), and the backward
+pass is rounded the same way. Values below fp16's subnormal range become 0 and values above 65504 become
 inf, exactly as fp16 storage would make them, so underflow, overflow and loss scaling can be
 rehearsed on a CPU. The real Paddle scaler machinery (``check_finite_and_unscale``, skip,
 update) runs inside the context.
@@ -27,6 +28,7 @@ import paddle
 from . import _compat, _state
 from .autocast import effective_op_lists, is_kept_fp32
 from .config import AmpConfig
+from .rounding import round_trip
 
 #: Leaf layer classes and the op types eager AMP looks up for them.
 LAYER_OPS: Dict[str, Tuple[str, ...]] = {
@@ -60,7 +62,7 @@ EMULATED_DTYPES = ("float16", "bfloat16")
 def quantize(tensor: Any, dtype: str = "float16") -> Any:
     """Round a float32 tensor through ``dtype`` and back (differentiable); others unchanged."""
     if isinstance(tensor, paddle.Tensor) and tensor.dtype == paddle.float32:
-        return tensor.astype(dtype).astype("float32")
+        return round_trip(tensor, dtype)
     if isinstance(tensor, (list, tuple)):
         return type(tensor)(quantize(t, dtype) for t in tensor)
     return tensor
