@@ -19,7 +19,7 @@ the Python code):
 - ``Tensor._grad_ivar()``: the gradient tensor the optimizer really reads (``Tensor.grad`` is a
   copy-on-access view on both versions, so in-place clipping must go through this).
 - ``Optimizer._parameter_list`` / ``_param_groups``: an optimizer's parameters.
-- hapi: ``paddle.Model._adapter._scaler`` (the GradScaler ``Model.fit(amp_configs=...)`` builds).
+- hapi: ``paddle.Model._scaler`` (the GradScaler ``Model.fit(amp_configs=...)`` builds in dygraph).
 """
 
 from __future__ import annotations
@@ -208,8 +208,7 @@ def paddle_scaler_view(scaler: Any) -> tuple[Tensor | None, Any]:
 
 def hapi_scaler(model: Any) -> Any:
     """The GradScaler a ``paddle.Model`` built for ``amp_configs`` (None without AMP)."""
-    adapter = getattr(model, "_adapter", None)
-    return getattr(adapter, "_scaler", None)
+    return getattr(model, "_scaler", None)
 
 
 # --------------------------------------------------------------------------- parameters and grads

@@ -267,8 +267,11 @@ class GradScaler(paddle.amp.GradScaler):
             logger.debug("update() without step(): nothing to do")
             return
         found, result = self._found_since_update, self._last_result
-        before = self._policy.scale
-        after = self._policy.update(found) if self.is_enable() else before
+        before = after = self._policy.scale
+        if self.is_enable():
+            after = self._policy.update(found)
+        else:
+            self._policy.steps += 1  # the iteration still counts for hooks and resumes
         if after != before:
             _compat.set_scaler_scale(self, after)
         _compat.reset_optimizer_stages(self)
@@ -344,6 +347,11 @@ class GradScaler(paddle.amp.GradScaler):
     @property
     def last_step_skipped(self) -> bool:
         return self._last_skipped
+
+    @property
+    def last_result(self) -> Optional[StepResult]:
+        """The StepResult of the most recent ``step()``/``minimize()`` (None before the first)."""
+        return self._last_result
 
     @property
     def hooks(self) -> tuple:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import struct
 import time
 import weakref
 from typing import Any, List, Optional, Tuple
@@ -26,19 +27,20 @@ import paddle
 from . import _compat
 from ._log import logger
 from .events import StepEvent
+from .scaler import GradScaler
 
 TAGS = ("train/loss", "amp/loss_scale", "amp/skipped", "amp/grad_norm", "train/lr")
 
 
 def _visualdl() -> Tuple[Any, Any]:
     try:
-        from visualdl import LogWriter
+        from visualdl.component.base_component import meta_data
         from visualdl.proto.record_pb2 import Record
     except ImportError as exc:
         raise ImportError(
             "VisualDL hooks need VisualDL: pip install 'paddle-amp-ext[visualdl]'"
         ) from exc
-    return LogWriter, Record
+    return Record, meta_data
 
 
 def _rank() -> Tuple[int, int]:
@@ -48,20 +50,55 @@ def _rank() -> Tuple[int, int]:
         return 0, 1
 
 
+class _RecordFile:
+    """A VisualDL record file: each record is a little-endian uint64 length and a ``Record``.
+
+    VisualDL's own ``LogWriter`` queues every scalar to a thread that opens and closes the file
+    per record (~72 us a scalar); here a whole batch is one ``write`` and one ``flush``, so what
+    was flushed survives ``kill -9``.
+    """
+
+    def __init__(self, logdir: str, suffix: str, meta_data: Any) -> None:
+        os.makedirs(logdir, exist_ok=True)
+        stamp = f"vdlrecords.{int(time.time()):010d}.log"
+        path = os.path.join(logdir, stamp + suffix)
+        if os.path.exists(path):  # two writers in one second and directory: keep them apart
+            path = os.path.join(logdir, f"{stamp}{suffix}.{os.getpid()}.{id(self)}")
+        self.path = path
+        self._file = open(path, "ab")
+        self.write([meta_data(walltime=round(time.time() * 1000))])
+
+    def write(self, records: List[Any]) -> None:
+        chunks = []
+        for record in records:
+            data = record.SerializeToString()
+            chunks.append(struct.pack("<Q", len(data)))
+            chunks.append(data)
+        self._file.write(b"".join(chunks))
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
 class _BatchedWriter:
-    """Buffers (step, tag, device-or-host value) rows; one device read and one record per flush."""
+    """Buffers (step, tag, device-or-host value) rows; one device read and one write per flush."""
 
     def __init__(self, logdir: str, flush_every: int, filename_suffix: str) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"flush_every must be an int >= 1. Received: flush_every={flush_every!r}")
-        writer_cls, self._record = _visualdl()
+        self._record, meta_data = _visualdl()
         self.logdir = logdir
         self.flush_every = flush_every
-        self._writer = writer_cls(logdir=logdir, filename_suffix=filename_suffix)
+        self._file = _RecordFile(logdir, filename_suffix, meta_data)
         self._rows: List[Tuple[int, int, str, Any]] = []
         self._steps = 0
         self.closed = False
         atexit.register(_close_at_exit, weakref.ref(self))
+
+    @property
+    def path(self) -> str:
+        return self._file.path
 
     def add(self, step: int, walltime_ms: int, values: List[Tuple[str, Any]]) -> None:
         for tag, value in values:
@@ -71,7 +108,7 @@ class _BatchedWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Fetch buffered device values in one transfer and write them as one record."""
+        """Fetch buffered device values in one transfer and write them in one batch."""
         if self.closed or not self._rows:
             return
         device = [i for i, row in enumerate(self._rows) if isinstance(row[3], paddle.Tensor)]
@@ -79,19 +116,18 @@ class _BatchedWriter:
         if device:
             stacked = paddle.stack([self._rows[i][3].astype("float32").reshape([1]) for i in device])
             fetched = dict(zip(device, stacked.numpy().reshape(-1).tolist()))
-        values = [
-            self._record.Value(id=step, tag=tag, timestamp=wall, value=float(fetched.get(i, value)))
+        record, value_cls = self._record, self._record.Value
+        self._file.write([
+            record(values=[value_cls(id=step, tag=tag, timestamp=wall, value=float(fetched.get(i, value)))])
             for i, (step, wall, tag, value) in enumerate(self._rows)
-        ]
-        self._writer._get_file_writer().add_record(self._record(values=values))
-        self._writer.flush()
+        ])
         self._rows, self._steps = [], 0
 
     def close(self) -> None:
         if self.closed:
             return
         self.flush()
-        self._writer.close()
+        self._file.close()
         self.closed = True
 
 
@@ -172,7 +208,9 @@ class VisualDLCallback(paddle.callbacks.Callback):
     """hapi callback: the same tags for ``paddle.Model.fit(..., amp_configs=...)``.
 
     The loss comes from hapi's logs (already on the host); the loss scale and the skip flag of
-    hapi's own GradScaler stay on the device until a flush.
+    hapi's own GradScaler stay on the device until a flush. To get this package's scaler in hapi,
+    set ``model._scaler = paddle_amp_ext.GradScaler(...)`` before ``fit`` (hapi keeps a scaler
+    that is already there).
 
     Example:
         >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
@@ -195,7 +233,10 @@ class VisualDLCallback(paddle.callbacks.Callback):
             first = loss[0] if isinstance(loss, (list, tuple)) else loss
             values.append(("train/loss", float(getattr(first, "item", lambda: first)())))
         scaler = _compat.hapi_scaler(self.model)
-        if scaler is not None and scaler.is_enable():
+        if isinstance(scaler, GradScaler) and scaler.last_result is not None:
+            values.append(("amp/loss_scale", scaler.last_result.loss_scale))
+            values.append(("amp/skipped", 1.0 if scaler.last_result.skipped else 0.0))
+        elif scaler is not None and scaler.is_enable():
             scale, found = _compat.paddle_scaler_view(scaler)
             if scale is not None:
                 values.append(("amp/loss_scale", scale))

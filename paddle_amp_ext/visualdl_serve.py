@@ -16,8 +16,9 @@ from typing import List, Optional, Sequence
 
 def command(logdir: str, host: str = "127.0.0.1", port: int = 8040, language: str = "en") -> List[str]:
     """The visualdl command line that serves ``logdir`` to every client."""
-    exe = shutil.which("visualdl")
-    base = [exe] if exe else [sys.executable, "-m", "visualdl"]
+    beside = os.path.join(os.path.dirname(sys.executable), "visualdl")  # this venv's script
+    exe = beside if os.path.exists(beside) else shutil.which("visualdl")
+    base = [exe] if exe else [sys.executable, "-m", "visualdl.server.app"]
     return base + ["--logdir", logdir, "--host", host, "--port", str(port),
                    "--language", language, "--disable-telemetry"]
 

@@ -9,7 +9,7 @@ import textwrap
 
 import paddle
 import pytest
-from conftest import make_data
+from helpers import make_data
 
 import paddle_amp_ext as amp
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from conftest import make_data, make_mlp, params_of
+from helpers import make_data, make_mlp, params_of
 
 import paddle_amp_ext
 

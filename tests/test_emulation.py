@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from conftest import make_data, make_mlp, params_of
+from helpers import make_data, make_mlp, params_of
 
 import paddle_amp_ext as amp
 from paddle_amp_ext.emulation import quantize

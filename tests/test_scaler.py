@@ -13,7 +13,7 @@ import logging
 import numpy as np
 import paddle
 import pytest
-from conftest import make_data, make_mlp, params_of
+from helpers import make_data, make_mlp, params_of
 
 import paddle_amp_ext as amp
 from paddle_amp_ext import AmpOverflowError, StepResult
