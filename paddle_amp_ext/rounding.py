@@ -2,11 +2,8 @@
 
 Paddle 3.x's CPU cast rounds to nearest-even, so ``t.astype('float16').astype('float32')`` is
 exact there. Paddle 2.6's CPU cast truncates (65519 becomes inf, 1e-5 loses an ulp), so a probe
-decides once per process and dtype; where the cast is not exact, an arithmetic rounding on
-float32 (exponent from ``frexp``, ties-to-even by the ``(x + 1.5 * 2**23) - 1.5 * 2**23`` trick)
-is used, inside a PyLayer that rounds the gradient the same way.
-
-Note: Paddle's float ``!=`` treats |a - b| < 1e-8 as equal, so zero tests here use ``abs(x) > 0``.
+decides once per process and dtype; where the cast is not exact, an exact arithmetic rounding on
+float32 (:func:`round_exact`) is used, inside a PyLayer that rounds the gradient the same way.
 """
 
 from __future__ import annotations
@@ -17,25 +14,36 @@ from typing import Dict, Tuple
 import numpy as np
 import paddle
 
-#: dtype -> (mantissa bits, smallest exponent of the quantum, largest finite value)
-FORMATS: Dict[str, Tuple[int, int, float]] = {
-    "float16": (10, -24, 65504.0),
-    "bfloat16": (7, -133, 3.3895313892515355e38),
+#: dtype -> (Veltkamp split factor 2**(24 - p) + 1 for p significand bits, smallest normal,
+#: magic constant whose float32 ulp is the subnormal quantum, overflow threshold: the midpoint
+#: between the largest finite value and the next power of two, which rounds (to even) to inf)
+FORMATS: Dict[str, Tuple[float, float, float, float]] = {
+    "float16": (2.0**13 + 1, 2.0**-14, 0.75, 65520.0),
+    "bfloat16": (2.0**16 + 1, 2.0**-126, 1.5 * 2.0**-110, (2.0 - 2.0**-8) * 2.0**127),
 }
-_MAGIC = 1.5 * 2.0**23
 
 
 @paddle.no_grad()
 def round_exact(x: paddle.Tensor, dtype: str) -> paddle.Tensor:
-    """Round float32 ``x`` to the nearest ``dtype`` value (ties to even), overflow to inf."""
-    mantissa, min_exp, largest = FORMATS[dtype]
-    _, exponent = paddle.frexp(x)  # |x| = m * 2**exponent with m in [0.5, 1)
-    power = paddle.maximum(exponent.astype(x.dtype) - (1 + mantissa), paddle.full_like(x, float(min_exp)))
-    quantum = paddle.pow(paddle.full_like(x, 2.0), power)
-    magic = paddle.full_like(x, _MAGIC)
-    rounded = ((x / quantum + magic) - magic) * quantum
-    rounded = paddle.where(paddle.abs(rounded) > largest, paddle.sign(x) * float("inf"), rounded)
-    return paddle.where(paddle.isfinite(x) & (paddle.abs(x) > 0.0), rounded, x)
+    """Round float32 ``x`` to the nearest ``dtype`` value (ties to even), overflow to inf.
+
+    Normal range: Veltkamp's split ``c = x * (2**s + 1); hi = c - (c - x)`` keeps the top
+    ``24 - s`` significand bits, rounded to nearest-even. Subnormal range: ``(x + m) - m`` with
+    ``m`` chosen so its float32 ulp is the subnormal quantum. Every step is one float32 op;
+    inf and nan pass through (the overflow branch keeps their sign, nan stays nan).
+    """
+    factor, smallest_normal, magic, overflow = FORMATS[dtype]
+    size = paddle.abs(x)
+    if dtype == "bfloat16":  # keep x * factor finite near float32's maximum
+        big = size > 2.0**100
+        x_split = paddle.where(big, x * 2.0**-64, x)
+        c = x_split * factor
+        high = paddle.where(big, (c - (c - x_split)) * 2.0**64, c - (c - x_split))
+    else:
+        c = x * factor
+        high = c - (c - x)
+    rounded = paddle.where(size < smallest_normal, (x + magic) - magic, high)
+    return paddle.where(size >= overflow, x * float("inf"), rounded)
 
 
 class _RoundTrip(paddle.autograd.PyLayer):

@@ -1,4 +1,8 @@
-# Shared by scripts/test and scripts/demo: create or update a virtualenv and install into it.
+# Shared by scripts/test and scripts/demo: the pinned Paddle/numpy pairs, and a function that
+# creates or updates a virtualenv and installs into it.
+PADDLE3="paddlepaddle==3.3.1"; NUMPY3="numpy>=2.4,<2.5"    # newest Paddle, newest numpy it was measured with
+PADDLE26="paddlepaddle==2.6.2"; NUMPY26="numpy<2"          # Paddle 2.6 wheels are built against numpy 1.x
+
 # usage: ensure_venv DIR PIP_ARGS...
 ensure_venv() {
   local dir=$1; shift

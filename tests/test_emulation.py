@@ -121,6 +121,13 @@ def test_exact_rounding_path_rounds_values_and_gradients(dtype):
 
     rng = np.random.default_rng(1)
     values = (rng.standard_normal(5000) * 10.0 ** rng.integers(-12, 6, 5000)).astype(np.float32)
+    if dtype == "float16":  # add every kind of tie: midpoints between neighbouring fp16 values
+        f16 = rng.standard_normal(3000).astype(np.float16) * np.float16(2.0) ** rng.integers(-24, 15, 3000).astype(np.float16)
+        f16 = f16[np.isfinite(f16)]
+        upper = np.nextafter(f16, np.float16(np.inf)).astype(np.float64)
+        values = np.concatenate([values, ((f16.astype(np.float64) + upper) / 2).astype(np.float32)])
+    values = np.concatenate([values, np.array([65519.0, 65520.0, 3e38, -3.4e38, 1e-45, 0.0, 2.0**-25, 2.0**-24 * 1.5],
+                                              dtype=np.float32)])
     if dtype == "float16":
         with np.errstate(over="ignore"):
             reference = values.astype(np.float16).astype(np.float32)

@@ -237,3 +237,20 @@ def test_launcher_passes_language_and_telemetry_flags():
     cmd = command("runs", port=9999)
     assert cmd[-9:] == ["--logdir", "runs", "--host", "127.0.0.1", "--port", "9999", "--language", "en",
                         "--disable-telemetry"]
+
+
+def test_scalar_encoder_is_byte_identical_to_visualdl_protobuf():
+    import struct
+
+    from visualdl.proto.record_pb2 import Record
+
+    from paddle_amp_ext.visualdl import _ScalarEncoder
+
+    values = [("train/loss", 0.123456), ("amp/loss_scale", 2.0**40), ("amp/skipped", 1.0), ("train/lr", float("inf")),
+              ("标签/中文", -3.5)]
+    for step, wall in [(0, 0), (127, 1795988211313), (300000, 2**40 + 5)]:
+        expected = b""
+        for tag, value in values:
+            data = Record(values=[Record.Value(id=step, tag=tag, timestamp=wall, value=value)]).SerializeToString()
+            expected += struct.pack("<Q", len(data)) + data
+        assert _ScalarEncoder().step(step, wall, values) == expected

@@ -1,0 +1,41 @@
+"""Timing helpers: interleaved repeats in one process, medians, and ratios printed once."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List
+
+
+def interleaved(variants: Dict[str, Callable[[], None]], steps: int, repeats: int, warmup: int = 20) -> Dict[str, float]:
+    """Median seconds per call of each variant; variants alternate so drift hits them alike."""
+    for fn in variants.values():
+        for _ in range(warmup):
+            fn()
+    samples: Dict[str, List[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            samples[name].append((time.perf_counter() - start) / steps)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def wall(cmd: List[str], repeats: int) -> float:
+    """Median wall time of a command (seconds)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def report(title: str, ratio: float, goal: float, detail: str) -> bool:
+    ok = ratio <= goal
+    print(f"{title}: ratio {ratio:.3f} (goal <= {goal}) {'OK' if ok else 'MISSED'}  [{detail}]")
+    sys.stdout.flush()
+    return ok
