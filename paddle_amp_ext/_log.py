@@ -11,27 +11,26 @@ _seen: set[str] = set()
 _lock = threading.Lock()
 
 
+def _once(level: int, key: str, message: str, args: tuple) -> bool:
+    with _lock:
+        if key in _seen:
+            return False
+        _seen.add(key)
+    logger.log(level, message, *args)
+    return True
+
+
 def warn_once(key: str, message: str, *args: object) -> bool:
     """Log ``message`` at WARNING the first time ``key`` is seen in this process.
 
     Returns True when the message was logged.
     """
-    with _lock:
-        if key in _seen:
-            return False
-        _seen.add(key)
-    logger.warning(message, *args)
-    return True
+    return _once(logging.WARNING, key, message, args)
 
 
 def info_once(key: str, message: str, *args: object) -> bool:
     """Like :func:`warn_once` at INFO level."""
-    with _lock:
-        if key in _seen:
-            return False
-        _seen.add(key)
-    logger.info(message, *args)
-    return True
+    return _once(logging.INFO, key, message, args)
 
 
 def reset_once() -> None:

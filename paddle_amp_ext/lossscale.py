@@ -12,7 +12,11 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Mapping
+
+import numpy as np
+
+STATE_VERSION = 1
 
 
 @dataclass
@@ -107,3 +111,28 @@ class DynamicLossScale:
         self.skipped_steps = int(state.get("skipped_steps", self.skipped_steps))
         self.consecutive_skips = int(state.get("consecutive_skips", self.consecutive_skips))
         self.steps = int(state.get("steps", self.steps))
+
+    def export_state(self) -> Dict[str, Any]:
+        """Versioned state with Paddle's keys (``scale`` as a float32 array of shape [1])."""
+        state = self.state_dict()
+        state["scale"] = np.array([self.scale], dtype=np.float32)
+        state["version"] = STATE_VERSION
+        return state
+
+    def import_state(self, state: Mapping[str, Any]) -> None:
+        """Load :meth:`export_state` output, or ``paddle.amp.GradScaler.state_dict()``.
+
+        Raises:
+            RuntimeError: an empty dict (saved from a disabled Paddle scaler).
+            ValueError: a state dict from a newer paddle-amp-ext.
+        """
+        if not state:
+            raise RuntimeError("The scaler state dict is empty: it was saved from a disabled "
+                               "GradScaler, so there is no loss scale to resume.")
+        version = int(state.get("version", 0))
+        if version > STATE_VERSION:
+            raise ValueError(f"Scaler state dict version {version} is newer than this "
+                             f"paddle-amp-ext supports ({STATE_VERSION}): upgrade paddle-amp-ext.")
+        loaded = dict(state)
+        loaded["scale"] = float(np.asarray(loaded["scale"], dtype=np.float64).reshape(-1)[0])
+        self.load_state_dict(loaded)

@@ -10,6 +10,10 @@ The recipe (Paddle's documented loop, one argument more)::
     scaler.update()
     optimizer.clear_grad()
 
+Gradient accumulation over K micro-batches: call ``scaler.scale(loss / K).backward()`` for each,
+then ``step``/``update``/``clear_grad`` once. Gradients accumulate scaled by the same scale and
+are unscaled once; hooks see the summed loss of the K micro-batches.
+
 Host syncs: ``step()`` reads one bool (found_inf) back from the device to decide whether to
 step, as Paddle's own scaler does once per iteration. Nothing else on the per-step path does;
 ``loss_scale`` is tracked on the host. With data parallelism the flag is all-reduced (MAX) first.
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, List, Optional, Union
 
-import numpy as np
 import paddle
 
 from . import _compat, _state
@@ -27,27 +30,10 @@ from ._log import info_once, logger, warn_once
 from .clip import clip_grads_, resolve_clip
 from .config import AmpConfig, validate_scaling
 from .device import current_decision
+from .distributed import all_reduce_max, host_bool
 from .errors import AmpOverflowError
 from .events import StepEvent, StepResult, call_optional
 from .lossscale import DynamicLossScale
-
-STATE_VERSION = 1
-_CONFIG_KEYS = ("init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
-                "decr_every_n_nan_or_inf", "use_dynamic_loss_scaling", "min_loss_scaling",
-                "max_loss_scaling", "hysteresis", "max_consecutive_skips", "on_collapse")
-
-
-def _host_bool(flag: paddle.Tensor) -> bool:
-    """The one device-to-host read of the step (robust to numpy >= 2.4 scalar rules)."""
-    return bool(np.asarray(flag.numpy()).reshape(-1)[0])
-
-
-def _all_reduce_max(flag: paddle.Tensor) -> paddle.Tensor:
-    if not (paddle.distributed.is_initialized() and paddle.distributed.get_world_size() > 1):
-        return flag
-    as_int = flag.astype("int32")
-    paddle.distributed.all_reduce(as_int, op=paddle.distributed.ReduceOp.MAX)
-    return as_int.astype("bool")
 
 
 class GradScaler(paddle.amp.GradScaler):
@@ -89,39 +75,30 @@ class GradScaler(paddle.amp.GradScaler):
         config: Optional[AmpConfig] = None,
         sync_found_inf: bool = True,
     ) -> None:
-        if config is not None:
-            settings = {k: getattr(config, k) for k in _CONFIG_KEYS}
-            enable = "auto" if config.dtype == "auto" and config.enable else config.enable
-        else:
-            settings = dict(
+        if config is None:  # one validation path, with AmpConfig's messages
+            config = AmpConfig(
                 init_loss_scaling=init_loss_scaling, incr_ratio=incr_ratio, decr_ratio=decr_ratio,
-                incr_every_n_steps=incr_every_n_steps,
-                decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
-                use_dynamic_loss_scaling=use_dynamic_loss_scaling,
-                min_loss_scaling=min_loss_scaling, max_loss_scaling=max_loss_scaling,
-                hysteresis=hysteresis, max_consecutive_skips=max_consecutive_skips,
-                on_collapse=on_collapse,
+                incr_every_n_steps=incr_every_n_steps, decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
+                use_dynamic_loss_scaling=use_dynamic_loss_scaling, min_loss_scaling=min_loss_scaling,
+                max_loss_scaling=max_loss_scaling, hysteresis=hysteresis,
+                max_consecutive_skips=max_consecutive_skips, on_collapse=on_collapse,
             )
-            AmpConfig(**settings)  # the same validation and messages as a config
-        validate_scaling(**{k: settings[k] for k in (
-            "init_loss_scaling", "incr_ratio", "decr_ratio", "incr_every_n_steps",
-            "decr_every_n_nan_or_inf", "min_loss_scaling", "max_loss_scaling")})
+        elif not isinstance(config, AmpConfig):
+            raise TypeError(f"config must be an AmpConfig. Received: {type(config).__name__}")
+        else:
+            enable = "auto" if config.dtype == "auto" and config.enable else config.enable
         super().__init__(enable=False)  # Paddle would warn on every CPU construction
         self._policy = DynamicLossScale(
-            init=float(settings["init_loss_scaling"]),
-            incr_ratio=float(settings["incr_ratio"]),
-            decr_ratio=float(settings["decr_ratio"]),
-            incr_every_n_steps=int(settings["incr_every_n_steps"]),
-            decr_every_n_nan_or_inf=int(settings["decr_every_n_nan_or_inf"]),
-            min_scale=float(settings["min_loss_scaling"]),
-            max_scale=float(settings["max_loss_scaling"]),
-            hysteresis=settings["hysteresis"],
-            dynamic=bool(settings["use_dynamic_loss_scaling"]),
+            init=float(config.init_loss_scaling), incr_ratio=float(config.incr_ratio),
+            decr_ratio=float(config.decr_ratio), incr_every_n_steps=int(config.incr_every_n_steps),
+            decr_every_n_nan_or_inf=int(config.decr_every_n_nan_or_inf),
+            min_scale=float(config.min_loss_scaling), max_scale=float(config.max_loss_scaling),
+            hysteresis=config.hysteresis, dynamic=config.use_dynamic_loss_scaling,
         )
         _compat.init_scaler_state(self, self._policy.scale)
         self._use_dynamic_loss_scaling = self._policy.dynamic
-        self._max_consecutive_skips = settings["max_consecutive_skips"]
-        self._on_collapse = settings["on_collapse"]
+        self._max_consecutive_skips = config.max_consecutive_skips
+        self._on_collapse = config.on_collapse
         self._sync_found_inf = sync_found_inf
         self._hooks: List[Any] = []
         for hook in hooks:
@@ -194,7 +171,7 @@ class GradScaler(paddle.amp.GradScaler):
             return
         found = _compat.unscale(self, optimizer)
         if self._sync_found_inf:
-            found = _all_reduce_max(found)
+            found = all_reduce_max(found)
         self._found_by_opt[id(optimizer)] = found
 
     def _skip(self, optimizer: Any) -> bool:
@@ -206,7 +183,7 @@ class GradScaler(paddle.amp.GradScaler):
             )
         if stage == "INIT":
             self.unscale_(optimizer)
-        skipped = _host_bool(self._found_by_opt.pop(id(optimizer)))
+        skipped = host_bool(self._found_by_opt.pop(id(optimizer)))
         self._found_since_update = self._found_since_update or skipped
         self._last_skipped = self._found_since_update
         return skipped
@@ -366,10 +343,7 @@ class GradScaler(paddle.amp.GradScaler):
 
     def state_dict(self) -> dict:
         """Versioned state: Paddle's keys (``scale`` as a float32 array) plus bounds and counters."""
-        state = self._policy.state_dict()
-        state["scale"] = np.array([self._policy.scale], dtype=np.float32)
-        state["version"] = STATE_VERSION
-        return state
+        return self._policy.export_state()
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load our state dict or one from ``paddle.amp.GradScaler.state_dict()``.
@@ -378,16 +352,7 @@ class GradScaler(paddle.amp.GradScaler):
             RuntimeError: an empty dict (saved from a disabled Paddle scaler).
             ValueError: a state dict from a newer paddle-amp-ext.
         """
-        if not state_dict:
-            raise RuntimeError("The scaler state dict is empty: it was saved from a disabled "
-                               "GradScaler, so there is no loss scale to resume.")
-        version = int(state_dict.get("version", 0))
-        if version > STATE_VERSION:
-            raise ValueError(f"Scaler state dict version {version} is newer than this "
-                             f"paddle-amp-ext supports ({STATE_VERSION}): upgrade paddle-amp-ext.")
-        state = dict(state_dict)
-        state["scale"] = float(np.asarray(state["scale"], dtype=np.float64).reshape(-1)[0])
-        self._policy.load_state_dict(state)
+        self._policy.import_state(state_dict)
         self._use_dynamic_loss_scaling = self._policy.dynamic
         _compat.set_scaler_scale(self, self._policy.scale)
 
