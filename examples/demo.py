@@ -66,10 +66,10 @@ print("Training under fp16 emulation (real GradScaler machinery, fp16 rounding o
 model = make_model()
 optimizer = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
 hook = amp.VisualDLHook(args.logdir, flush_every=25)
-scaler = amp.GradScaler(init_loss_scaling=2.0**30, incr_every_n_steps=10, max_loss_scaling=2.0**48,
-                        hooks=[hook])
 scales, losses = [], []
 with hook, amp.fp16_emulation(model):
+    scaler = amp.GradScaler(init_loss_scaling=2.0**30, incr_every_n_steps=10, max_loss_scaling=2.0**48,
+                            hooks=[hook])
     for step in tqdm(range(args.steps), desc="demo", mininterval=0.5):
         x, y = batch(step)
         with amp.auto_cast(dtype="auto"):

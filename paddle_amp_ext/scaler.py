@@ -35,6 +35,11 @@ from .errors import AmpOverflowError
 from .events import StepEvent, StepResult, call_optional
 from .lossscale import DynamicLossScale
 
+_SCALER_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_ratio=2.0, decr_ratio=0.5, incr_every_n_steps=2000,
+                       decr_every_n_nan_or_inf=1, use_dynamic_loss_scaling=True, min_loss_scaling=1.0,
+                       max_loss_scaling=2.0**24, hysteresis="consecutive", max_consecutive_skips=None,
+                       on_collapse="warn")
+
 
 class GradScaler(paddle.amp.GradScaler):
     """Drop-in ``paddle.amp.GradScaler`` (same arguments and defaults) with more keywords.
@@ -75,6 +80,11 @@ class GradScaler(paddle.amp.GradScaler):
         config: Optional[AmpConfig] = None,
         sync_found_inf: bool = True,
     ) -> None:
+        given = dict(init_loss_scaling=init_loss_scaling, incr_ratio=incr_ratio, decr_ratio=decr_ratio,
+                     incr_every_n_steps=incr_every_n_steps, decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
+                     use_dynamic_loss_scaling=use_dynamic_loss_scaling, min_loss_scaling=min_loss_scaling,
+                     max_loss_scaling=max_loss_scaling, hysteresis=hysteresis,
+                     max_consecutive_skips=max_consecutive_skips, on_collapse=on_collapse)
         if config is None:  # one validation path, with AmpConfig's messages
             config = AmpConfig(
                 init_loss_scaling=init_loss_scaling, incr_ratio=incr_ratio, decr_ratio=decr_ratio,
@@ -86,6 +96,11 @@ class GradScaler(paddle.amp.GradScaler):
         elif not isinstance(config, AmpConfig):
             raise TypeError(f"config must be an AmpConfig. Received: {type(config).__name__}")
         else:
+            changed = sorted(k for k, v in given.items() if v != _SCALER_DEFAULTS[k])
+            changed += ["enable"] if enable is not True else []
+            if changed:
+                raise TypeError(f"Pass either config= or {changed}, not both: put them in the AmpConfig "
+                                "(config.replace(...)).")
             enable = "auto" if config.dtype == "auto" and config.enable else config.enable
         super().__init__(enable=False)  # Paddle would warn on every CPU construction
         self._policy = DynamicLossScale(
@@ -116,17 +131,17 @@ class GradScaler(paddle.amp.GradScaler):
 
     # ------------------------------------------------------------------ enablement
     def _resolve_request(self, enable: Union[bool, str]) -> bool:
-        if enable == "auto":
+        if enable == "auto":  # on where the gate picks float16, and inside fp16_emulation
             decision = current_decision("auto")
             if not decision.use_loss_scaling:
                 info_once(f"scaler:auto:{decision.reason}", "GradScaler(enable='auto') is off: %s",
                           decision.reason)
             self._device_ok = decision.use_loss_scaling
-            return decision.use_loss_scaling
+            return True
         if not isinstance(enable, bool):
             raise TypeError(f"enable must be True, False or 'auto'. Received: enable={enable!r}")
         self._device_ok = _compat.place_kind() != "cpu"
-        if enable and not self._device_ok:
+        if enable and not self._device_ok and _state.emulated_dtype() is None:
             warn_once(
                 "scaler:cpu",
                 "GradScaler: loss scaling is off because Paddle runs on the CPU (no float16 "

@@ -362,3 +362,24 @@ def test_scaler_created_before_emulation_runs_inside_it():
         scaled = scaler.scale(loss_of(model, x, y))
         assert scaler.is_enable()
         np.testing.assert_allclose(scaled.item(), 4.0 * loss.item(), rtol=1e-6)
+
+
+def test_config_and_explicit_settings_do_not_mix():
+    cfg = amp.AmpConfig(init_loss_scaling=8.0)
+    assert amp.GradScaler(config=cfg).state_dict()["scale"][0] == 8.0
+    with pytest.raises(TypeError, match=r"Pass either config= or \['incr_ratio'\]"):
+        amp.GradScaler(config=cfg, incr_ratio=4.0)
+    with pytest.raises(TypeError, match="config must be an AmpConfig"):
+        amp.GradScaler(config={"init_loss_scaling": 8.0})
+
+
+def test_auto_scaler_is_off_on_cpu_and_on_inside_fp16_emulation():
+    scaler = amp.GradScaler(enable="auto", init_loss_scaling=16.0)
+    model = make_mlp(seed=1)
+    x, y = make_data()
+    loss = loss_of(model, x, y)
+    assert scaler.scale(loss) is loss and not scaler.is_enable()
+    with scaler_machinery(model):
+        scaled = scaler.scale(loss_of(model, x, y))
+        assert scaler.is_enable()
+        np.testing.assert_allclose(scaled.item(), 16.0 * loss.item(), rtol=1e-6)
