@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Tuple
 
 import paddle
@@ -37,7 +37,7 @@ def probe_report() -> ProbeReport:
     """Collect Paddle's build and GPU facts; never raises (failures land in ``errors``)."""
     cuda = _version_or_none(paddle.version.cuda)
     cudnn = _version_or_none(paddle.version.cudnn)
-    base = dict(paddle_version=paddle.__version__, cuda_version=cuda, cudnn_version=cudnn)
+    base = ProbeReport(paddle_version=paddle.__version__, cuda_version=cuda, cudnn_version=cudnn)
     try:
         if not paddle.device.is_compiled_with_cuda():
             kinds = []
@@ -45,14 +45,13 @@ def probe_report() -> ProbeReport:
                 kinds.append("XPU")
             kinds += list(paddle.device.get_all_custom_device_type() or [])
             other = f" (this build targets {', '.join(kinds)})" if kinds else ""
-            return ProbeReport(**base, reason=f"Paddle is a CPU build without CUDA{other}")
+            return replace(base, reason=f"Paddle is a CPU build without CUDA{other}")
         count = paddle.device.cuda.device_count()
     except Exception as exc:
-        return ProbeReport(**base, reason="could not collect GPU information", errors=(repr(exc),))
+        return replace(base, reason="could not collect GPU information", errors=(repr(exc),))
     if count == 0:
-        return ProbeReport(
-            **base,
-            reason="Paddle has CUDA but sees no GPU (driver, container --gpus, or CUDA_VISIBLE_DEVICES)",
+        return replace(
+            base, reason="Paddle has CUDA but sees no GPU (driver, container --gpus, or CUDA_VISIBLE_DEVICES)"
         )
     devices, errors = [], []
     for index in range(count):
@@ -69,7 +68,7 @@ def probe_report() -> ProbeReport:
         except Exception as exc:
             errors.append(f"gpu:{index}: {exc!r}")
     reason = None if devices else "could not collect GPU information"
-    return ProbeReport(**base, devices=tuple(devices), reason=reason, errors=tuple(errors))
+    return replace(base, devices=tuple(devices), reason=reason, errors=tuple(errors))
 
 
 def probe() -> list[DeviceInfo]:

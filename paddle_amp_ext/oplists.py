@@ -139,7 +139,9 @@ def resolve(
     black = list(black or ())
     validate(white, black, registry)
     if defaults is None:
-        from ._compat import default_op_lists as defaults
+        from ._compat import default_op_lists
+
+        defaults = default_op_lists
     default_white, default_black = defaults(dtype, level if level in ("O1", "O2") else "O1")
     mapped = [
         f"{name!r} is looked up by eager AMP as "

@@ -203,8 +203,9 @@ class GradScaler(paddle.amp.GradScaler):
         self._last_skipped = self._found_since_update
         return skipped
 
-    def step(self, optimizer: Any, parameters: Optional[Iterable[paddle.Tensor]] = None,
-             grad_clip: Any = None) -> StepResult:
+    def step(  # type: ignore[override]  # returns a StepResult where Paddle returns None
+        self, optimizer: Any, parameters: Optional[Iterable[paddle.Tensor]] = None, grad_clip: Any = None
+    ) -> StepResult:
         """Unscale (once), clip the unscaled gradients, and step unless inf/nan was found.
 
         Args:
@@ -258,7 +259,8 @@ class GradScaler(paddle.amp.GradScaler):
         if not self._stepped_since_update:
             logger.debug("update() without step(): nothing to do")
             return
-        found, result = self._found_since_update, self._last_result
+        found = self._found_since_update
+        result = self._last_result or StepResult(False, 1.0)  # set by every step()/minimize()
         before = after = self._policy.scale
         if self.is_enable():
             after = self._policy.update(found)
@@ -356,11 +358,11 @@ class GradScaler(paddle.amp.GradScaler):
         self._policy.scale = float(new_init_loss_scaling)
         _compat.set_scaler_scale(self, self._policy.scale)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict:  # type: ignore[override]
         """Versioned state: Paddle's keys (``scale`` as a float32 array) plus bounds and counters."""
         return self._policy.export_state()
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict: dict) -> None:  # type: ignore[override]
         """Load our state dict or one from ``paddle.amp.GradScaler.state_dict()``.
 
         Raises:
