@@ -199,8 +199,8 @@ class OverflowWatch:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m paddle_amp_ext.doctor SCRIPT [ARGS]``; see :mod:`paddle_amp_ext.doctor_script`."""
-    from .doctor_script import main as run
+    """``python -m paddle_amp_ext.doctor SCRIPT [ARGS]``; see :mod:`paddle_amp_ext.doctor_cli`."""
+    from .doctor_cli import main as run
 
     return run(argv)
 

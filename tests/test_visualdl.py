@@ -254,3 +254,15 @@ def test_scalar_encoder_is_byte_identical_to_visualdl_protobuf():
             data = Record(values=[Record.Value(id=step, tag=tag, timestamp=wall, value=value)]).SerializeToString()
             expected += struct.pack("<Q", len(data)) + data
         assert _ScalarEncoder().step(step, wall, values) == expected
+
+
+def test_launcher_cli_prints_the_command(capsys):
+    from paddle_amp_ext.visualdl_cli import main
+
+    assert main(["--logdir", "runs/x", "--port", "9001", "--print"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[-9:] == ["--logdir", "runs/x", "--host", "127.0.0.1", "--port", "9001", "--language", "en",
+                        "--disable-telemetry"]
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.visualdl_serve", "--print"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--disable-telemetry" in proc.stdout
