@@ -63,7 +63,9 @@ def resolve_precision(enable: bool, dtype: str, *, strict: bool = False) -> tupl
     kind = _compat.place_kind()
     if kind == "gpu" or (kind == "cpu" and dtype == "auto"):
         decision = current_decision(dtype, strict)
-        if not decision.enabled:
+        if not decision.enabled:  # explicit requests were warned about by the gate
+            if dtype == "auto":
+                warn_once(f"autocast:auto:{decision.reason}", "auto_cast(dtype='auto'): %s", decision.reason)
             return False, "float16" if dtype == "auto" else dtype
         return True, decision.dtype
     if kind == "cpu":

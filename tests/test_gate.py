@@ -119,6 +119,8 @@ def test_auto_decision_drives_auto_cast_and_scaler_on_cpu(caplog_amp):
         from paddle_amp_ext import _compat
 
         assert _compat.tracer_amp_level() == "O0"
+    auto_reasons = [r for r in caplog_amp.records if r.getMessage().startswith("auto_cast(dtype='auto'): AMP is off")]
+    assert len(auto_reasons) == 1 and "CPU build" in auto_reasons[0].getMessage()
     for _ in range(3):
         amp.GradScaler()
     cpu_warnings = [r for r in caplog_amp.records if "loss scaling is off because Paddle runs on the CPU" in r.getMessage()]
