@@ -169,13 +169,10 @@ def effective_op_lists(dtype: str, level: str = "O1", config: Optional[AmpConfig
     if config is not None:
         level, custom_white_list, custom_black_list = (
             config.level, config.custom_white_list, config.custom_black_list)
-    _state.push_emulation(dtype)  # makes auto_cast skip its CPU warning; lists are still set
-    try:
-        with auto_cast(custom_white_list=custom_white_list, custom_black_list=custom_black_list,
-                       level=level, dtype=dtype):
-            return _compat.tracer_op_lists()
-    finally:
-        _state.pop_emulation()
+    # enable=False: Paddle still installs the lists in the tracer, and nothing is cast or warned
+    with auto_cast(enable=False, custom_white_list=custom_white_list, custom_black_list=custom_black_list,
+                   level=level, dtype=dtype):
+        return _compat.tracer_op_lists()
 
 
 # --------------------------------------------------------------------------- keep fp32

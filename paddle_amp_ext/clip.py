@@ -40,16 +40,13 @@ def resolve_clip(grad_clip: Any) -> Any:
     return paddle.nn.ClipGradByGlobalNorm(float(grad_clip))
 
 
-def _clippable(params: List[paddle.Tensor], clip: Any) -> List[tuple]:
+def _clippable(params: List[paddle.Tensor]) -> List[tuple]:
+    """(param, grad) pairs Paddle's clips consider: a gradient, and ``need_clip`` not False."""
     pairs = []
     for param in params:
         grad = _compat.grad_of(param)
-        if grad is None or not getattr(param, "need_clip", True):
-            continue
-        need = getattr(clip, "_need_clip_func", None) if clip is not None else None
-        if need is not None and not need(param):
-            continue
-        pairs.append((param, grad))
+        if grad is not None and getattr(param, "need_clip", True) is not False:
+            pairs.append((param, grad))
     return pairs
 
 
@@ -72,7 +69,7 @@ def clip_grads_(params: List[paddle.Tensor], clip: Any) -> Optional[paddle.Tenso
     Returns:
         The unscaled global L2 norm before clipping, on the device, or None without grads.
     """
-    pairs = _clippable(params, clip)
+    pairs = _clippable(params)
     grads = [g for _, g in pairs]
     norm = global_norm(grads)
     if norm is None or clip is None:

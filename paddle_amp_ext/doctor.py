@@ -38,6 +38,11 @@ class Finding:
     direction: str  # "forward" or "backward"
     max_abs: float
 
+    @classmethod
+    def of(cls, name: str, layer: Any, direction: str, max_abs: float) -> Finding:
+        kind = type(layer).__name__
+        return cls(name, kind, LAYER_OPS.get(kind, ()), direction, float(max_abs))
+
     def fixes(self, dtype: str) -> List[str]:
         out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"]
         if self.ops:
@@ -120,8 +125,7 @@ class _Recorder:
         for direction in ("forward", "backward"):
             for (name, layer, d, _), value in zip(self.records, values):
                 if d == direction and not (np.isfinite(value) and value <= limit):
-                    kind = type(layer).__name__
-                    found.append(Finding(name, kind, LAYER_OPS.get(kind, ()), d, float(value)))
+                    found.append(Finding.of(name, layer, d, value))
         return OverflowReport(dtype, limit, tuple(found))
 
     def clear(self) -> None:

@@ -14,7 +14,6 @@ import numpy as np
 import paddle
 
 from .doctor import LIMITS, Finding, OverflowReport
-from .emulation import LAYER_OPS
 
 
 class _OverflowFoundError(Exception):
@@ -40,8 +39,7 @@ class _ScriptWatch:
         peak = float(paddle.max(paddle.abs(value.detach().astype("float32"))).numpy().reshape(-1)[0]) * factor
         if np.isfinite(peak) and peak <= self.limit:
             return None
-        kind = type(layer).__name__
-        return Finding(self._name(layer), kind, LAYER_OPS.get(kind, ()), direction, peak)
+        return Finding.of(self._name(layer), layer, direction, peak)
 
     def wrap(self, original: Callable) -> Callable:
         watch = self

@@ -163,8 +163,9 @@ class GradScaler(paddle.amp.GradScaler):
         """Multiply ``var`` by the loss scale (unchanged when loss scaling is off)."""
         if not isinstance(var, paddle.Tensor):
             raise TypeError(f"scale() expects a paddle.Tensor loss. Received: {type(var).__name__}")
-        detached = var.detach()
-        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
+        if self._hooks:  # only hooks read the loss; without them nothing is kept
+            detached = var.detach()
+            self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
         active = self._active()
         if active and _state.emulated_dtype() is None and _compat.amp_state_dtype() != "float16":
             self._dtype_disabled = True
@@ -241,16 +242,11 @@ class GradScaler(paddle.amp.GradScaler):
 
     def minimize(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         """``optimizer.minimize(*args)`` unless inf/nan was found, then ``update()``."""
-        if not self.is_enable():
-            out = optimizer.minimize(*args, **kwargs)
-            self._stepped_since_update = True
-            self._last_result = StepResult(False, 1.0)
-            self.update()
-            return out
-        skipped = self._skip(optimizer)
+        enabled = self.is_enable()
+        skipped = self._skip(optimizer) if enabled else False
         out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)
         self._stepped_since_update = True
-        self._last_result = StepResult(skipped, self._policy.scale)
+        self._last_result = StepResult(skipped, self._policy.scale if enabled else 1.0)
         self.update()
         return out
 
