@@ -9,12 +9,17 @@ import time
 from typing import Callable, Dict, List
 
 
-def interleaved(variants: Dict[str, Callable[[], None]], steps: int, repeats: int, warmup: int = 20) -> Dict[str, float]:
-    """Median seconds per call of each variant; variants alternate so drift hits them alike."""
+def interleaved(variants: Dict[str, Callable[[], None]], steps: int, repeats: int, warmup: int = 20,
+                samples: Dict[str, List[float]] | None = None) -> Dict[str, float]:
+    """Median seconds per call of each variant; variants alternate so drift hits them alike.
+
+    Pass ``samples={}`` to get the per-repeat times too (for :func:`paired_ratio`).
+    """
     for fn in variants.values():
         for _ in range(warmup):
             fn()
-    samples: Dict[str, List[float]] = {name: [] for name in variants}
+    samples = {} if samples is None else samples
+    samples.update({name: [] for name in variants})
     for _ in range(repeats):
         for name, fn in variants.items():
             start = time.perf_counter()
@@ -22,6 +27,14 @@ def interleaved(variants: Dict[str, Callable[[], None]], steps: int, repeats: in
                 fn()
             samples[name].append((time.perf_counter() - start) / steps)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def paired_ratio(samples: Dict[str, List[float]], numerator: str, denominator: str) -> float:
+    """Median over repeats of numerator/denominator, each pair measured back to back.
+
+    Robust to the machine's speed drifting during the run, which moves both sides of a pair.
+    """
+    return statistics.median(a / b for a, b in zip(samples[numerator], samples[denominator]))
 
 
 def wall(cmd: List[str], repeats: int) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 import paddle
-from _timing import interleaved, report
+from _timing import interleaved, paired_ratio, report
 
 import paddle_amp_ext as amp
 from paddle_amp_ext import _compat
@@ -59,10 +59,11 @@ def main() -> bool:
 
     both = paddle.nn.Sequential(ours_model, theirs_model)
     with amp.fp16_emulation(both, custom_black_list=["matmul"]):
-        times = interleaved({"paddle_amp_ext": ours_step, "paddle.amp": theirs_step}, args.steps, args.repeats)
+        samples: dict = {}
+        times = interleaved({"paddle_amp_ext": ours_step, "paddle.amp": theirs_step}, args.steps, args.repeats, samples=samples)
     assert ours.is_enable() and theirs.is_enable()
     return report("GradScaler step time (ext / paddle.amp + ClipGradByGlobalNorm)",
-                  times["paddle_amp_ext"] / times["paddle.amp"], 1.02,
+                  paired_ratio(samples, "paddle_amp_ext", "paddle.amp"), 1.02,
                   f"{times['paddle_amp_ext'] * 1e3:.3f} ms vs {times['paddle.amp'] * 1e3:.3f} ms, "
                   f"MLP {args.width} wide, batch {args.batch}, Paddle {paddle.__version__}")
 
