@@ -18,6 +18,9 @@ the Python code):
   flag is ``_cache_found_inf`` on 3.x and ``_cache_founf_inf`` (sic) on 2.6.
 - ``Tensor._grad_ivar()``: the gradient tensor the optimizer really reads (``Tensor.grad`` is a
   copy-on-access view on both versions, so in-place clipping must go through this).
+- ``paddle._C_ops.squared_l2_norm`` (the fused kernel ``paddle.nn.ClipGradByGlobalNorm`` uses) and
+  ``paddle._C_ops.multiply_`` (in-place multiply without the Python-side argument binding that
+  ``Tensor.multiply_`` pays on 2.6).
 - ``Optimizer._parameter_list`` / ``_param_groups``: an optimizer's parameters.
 - hapi: ``paddle.Model._scaler`` (the GradScaler ``Model.fit(amp_configs=...)`` builds in dygraph).
 """
@@ -222,6 +225,16 @@ def optimizer_parameters(optimizer: Any) -> list[Tensor]:
 def grad_of(param: Tensor) -> Tensor | None:
     """The gradient tensor the optimizer reads; in-place changes to it reach the update."""
     return param._grad_ivar()
+
+
+def squared_l2_norm(x: Tensor) -> Tensor:
+    """sum(x**2) as a 1-element tensor of ``x``'s dtype, in one fused kernel (Paddle's clip's)."""
+    return paddle._C_ops.squared_l2_norm(x)
+
+
+def multiply_inplace(x: Tensor, factor: Tensor) -> None:
+    """``x *= factor`` in place (``factor`` broadcast, same dtype as ``x``)."""
+    paddle._C_ops.multiply_(x, factor)
 
 
 def iter_grads(params: list[Tensor]) -> Iterator[Tensor]:

@@ -1,12 +1,14 @@
 """Gradient clipping on unscaled gradients, in place, returning the global norm.
 
-Accepts a float (max global norm) or one of Paddle's ``ClipGradByGlobalNorm``,
-``ClipGradByNorm`` and ``ClipGradByValue``; the arithmetic is Paddle's. The norm stays a device
-tensor: nothing here reads a value back to the host.
+Accepts a number (max global norm) or one of Paddle's ``ClipGradByGlobalNorm``,
+``ClipGradByNorm`` and ``ClipGradByValue``; the arithmetic is Paddle's, on the kernels Paddle's
+own clip uses: one fused squared-L2-norm per gradient, one sum, one in-place multiply per
+gradient. The norm stays a device tensor: nothing here reads a value back to the host.
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, List, Optional, Union
 
 import paddle
@@ -22,22 +24,23 @@ def resolve_clip(grad_clip: Any) -> Any:
     """None, or a Paddle clip object for ``grad_clip``.
 
     Raises:
-        TypeError: not a number or one of Paddle's three ClipGrad classes.
-        ValueError: a non-positive max norm.
+        TypeError: not a real number (Python or numpy) or one of Paddle's three ClipGrad classes.
+        ValueError: a max norm that is not a finite number > 0.
     """
     if grad_clip is None:
         return None
     if isinstance(grad_clip, _CLIP_TYPES):
         return grad_clip
-    if isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float)):
+    if isinstance(grad_clip, bool) or not isinstance(grad_clip, numbers.Real):
         raise TypeError(
             "grad_clip must be a float max global norm or a paddle.nn.ClipGradByGlobalNorm, "
             f"ClipGradByNorm or ClipGradByValue. Received: {grad_clip!r} "
             f"(of type {type(grad_clip).__name__})"
         )
-    if not grad_clip > 0:
-        raise ValueError(f"grad_clip (max global norm) must be > 0. Received: grad_clip={grad_clip!r}")
-    return paddle.nn.ClipGradByGlobalNorm(float(grad_clip))
+    value = float(grad_clip)
+    if not 0 < value < float("inf"):
+        raise ValueError(f"grad_clip (max global norm) must be > 0 and finite. Received: grad_clip={grad_clip!r}")
+    return paddle.nn.ClipGradByGlobalNorm(value)
 
 
 def _clippable(params: List[paddle.Tensor]) -> List[tuple]:
@@ -51,11 +54,15 @@ def _clippable(params: List[paddle.Tensor]) -> List[tuple]:
 
 
 def global_norm(grads: List[paddle.Tensor]) -> Optional[paddle.Tensor]:
-    """sqrt(sum of squares) of all grads, accumulated in float32; a 1-element device tensor."""
+    """sqrt(sum of squares) of all grads, accumulated in float32; a 1-element device tensor.
+
+    One fused squared-L2-norm kernel per gradient (float16/bfloat16 gradients are read as
+    float32 first), one stacked sum, one sqrt: Paddle's own ``ClipGradByGlobalNorm`` arithmetic.
+    """
     if not grads:
         return None
-    squares = [paddle.sum(paddle.square(g.astype("float32"))) for g in grads]
-    return paddle.sqrt(paddle.add_n(squares) if len(squares) > 1 else squares[0])
+    squares = [_compat.squared_l2_norm(g if g.dtype == paddle.float32 else g.astype("float32")) for g in grads]
+    return paddle.sqrt(paddle.stack(squares).sum())
 
 
 @paddle.no_grad()
@@ -77,8 +84,12 @@ def clip_grads_(params: List[paddle.Tensor], clip: Any) -> Optional[paddle.Tenso
     if isinstance(clip, paddle.nn.ClipGradByGlobalNorm):
         max_norm = paddle.full_like(norm, clip.clip_norm)
         coef = max_norm / paddle.maximum(norm, max_norm)
+        by_dtype = {paddle.float32: coef}
         for grad in grads:
-            grad.multiply_(coef.astype(grad.dtype))
+            factor = by_dtype.get(grad.dtype)
+            if factor is None:
+                factor = by_dtype[grad.dtype] = coef.astype(grad.dtype)
+            _compat.multiply_inplace(grad, factor)
         return norm
     for (_, grad), (_, new) in zip(pairs, clip(pairs)):
         paddle.assign(new, output=grad)
