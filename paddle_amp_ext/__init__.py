@@ -24,13 +24,8 @@ except ImportError as _exc:  # pragma: no cover - exercised by a subprocess test
         "already there."
     ) from _exc
 
-from .autocast import (
-    auto_cast,
-    decorate,
-    is_bfloat16_supported,
-    is_float16_supported,
-    keep_fp32,
-)
+from . import debugging
+from .autocast import auto_cast, decorate, is_bfloat16_supported, is_float16_supported
 from .config import AmpConfig
 from .device import probe
 from .doctor import OverflowWatch, find_overflow
@@ -38,22 +33,37 @@ from .emulation import fp16_emulation
 from .errors import AmpOverflowError, AmpUnsupportedError
 from .events import StepEvent, StepResult
 from .gate import AmpDecision, DeviceInfo, decide
+from .keep import keep_fp32
+from .legacy import AmpScaler, amp_decorate, amp_guard
 from .scaler import GradScaler
 
 _LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}
 
 
-def __getattr__(name: str):  # PEP 562: VisualDL is imported only when a hook is asked for
-    if name in _LAZY:
+#: Names of the installed Paddle's ``paddle.amp.__all__`` that need no wrapping here (they read the
+#: AMP state that this package's ``auto_cast`` sets through Paddle's): served from ``paddle.amp``,
+#: so a name a future Paddle adds is importable from ``paddle_amp_ext`` too.
+_PADDLE_AMP = tuple(getattr(_paddle.amp, "__all__", ()))
+
+
+def __getattr__(name: str):  # PEP 562
+    if name in _LAZY:  # VisualDL is imported only when a hook is asked for
         import importlib
 
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
         return getattr(module, name)
+    if name in _PADDLE_AMP:
+        return getattr(_paddle.amp, name)
     raise AttributeError(f"module 'paddle_amp_ext' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY) | set(_PADDLE_AMP))
 
 
 __all__ = [
     "AmpConfig",
+    "AmpScaler",
     "AmpDecision",
     "AmpOverflowError",
     "AmpUnsupportedError",
@@ -65,7 +75,10 @@ __all__ = [
     "VisualDLCallback",
     "VisualDLHook",
     "__version__",
+    "amp_decorate",
+    "amp_guard",
     "auto_cast",
+    "debugging",
     "decide",
     "decorate",
     "find_overflow",
@@ -74,4 +87,5 @@ __all__ = [
     "is_float16_supported",
     "keep_fp32",
     "probe",
+    *(name for name in _PADDLE_AMP if name not in globals()),
 ]

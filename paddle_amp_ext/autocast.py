@@ -9,7 +9,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import difflib
 from typing import Any, Iterable, Iterator, Optional, Tuple
 
 import paddle
@@ -17,9 +16,9 @@ import paddle
 from . import _compat, _state, oplists
 from ._log import info_once, logger, warn_once
 from .config import DTYPES, AmpConfig, as_op_names
-from .device import current_decision
+from .device import current_decision, device_decision
+from .keep import is_kept_fp32, keep_fp32
 
-_KEEP_FP32_FLAG = "_paddle_amp_ext_keep_fp32"
 _AUTO_CAST_DEFAULTS = dict(
     enable=True, custom_white_list=None, custom_black_list=None, level="O1", dtype="float16"
 )
@@ -53,22 +52,36 @@ def _normalize_dtype(dtype: Any) -> str:
     return dtype.lower()
 
 
+def _flag(name: str, value: Any) -> bool:
+    """A bool argument: True/False (or numpy bools, 0 and 1); a str such as "false" is an error."""
+    if isinstance(value, bool) or (hasattr(value, "dtype") and str(getattr(value, "dtype", "")) == "bool"):
+        return bool(value)
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False. Received: {name}={value!r} (of type {type(value).__name__})")
+
+
 def resolve_precision(enable: bool, dtype: str, *, strict: bool = False) -> tuple[bool, str]:
-    """Where AMP can run now: (enable, dtype) after the gate, for auto_cast and decorate."""
+    """Where AMP can run now: (enable, dtype) after the gate, for auto_cast and decorate.
+
+    Static programs (``paddle.enable_static()``, ``paddle.jit.to_static`` conversion) are
+    Paddle's to judge: an explicit dtype is passed on as asked (Paddle 3.x enables AMP in a PIR
+    program with no device check; 2.6 rejects ``auto_cast`` there), ``"auto"`` asks the gate.
+    """
     if not enable:
         return False, "float16" if dtype == "auto" else dtype
+    static = _compat.in_static_mode()
     emulated = _state.emulated_dtype()
-    if emulated is not None:
+    if emulated is not None and not static:
         return False, emulated  # the emulation quantizes; Paddle's CPU kernels stay fp32
+    if static and dtype != "auto":
+        return True, dtype
     kind = _compat.place_kind()
-    if kind == "gpu" or (kind == "cpu" and dtype == "auto"):
+    if kind in ("xpu", "custom"):
+        decision = device_decision(kind, dtype, strict)
+    elif kind == "gpu" or dtype == "auto":
         decision = current_decision(dtype, strict)
-        if not decision.enabled:  # explicit requests were warned about by the gate
-            if dtype == "auto":
-                warn_once(f"autocast:auto:{decision.reason}", "auto_cast(dtype='auto'): %s", decision.reason)
-            return False, "float16" if dtype == "auto" else dtype
-        return True, decision.dtype
-    if kind == "cpu":
+    else:  # an explicit dtype on the CPU
         if strict:
             current_decision(dtype, strict)  # raises AmpUnsupportedError with the reason
         warn_once(
@@ -79,11 +92,11 @@ def resolve_precision(enable: bool, dtype: str, *, strict: bool = False) -> tupl
             dtype,
         )
         return False, dtype
-    if dtype == "auto":  # XPU / custom device: ask Paddle what the place supports
-        if paddle.amp.is_bfloat16_supported():
-            return True, "bfloat16"
-        return (True, "float16") if paddle.amp.is_float16_supported() else (False, "float16")
-    return True, dtype
+    if not decision.enabled:  # explicit requests were warned about by the gate
+        if dtype == "auto":
+            warn_once(f"autocast:auto:{decision.reason}", "auto_cast(dtype='auto'): %s", decision.reason)
+        return False, "float16" if dtype == "auto" else dtype
+    return True, decision.dtype
 
 
 @contextlib.contextmanager
@@ -147,6 +160,7 @@ def auto_cast(
             dtype=dtype,
         ),
     )
+    args["enable"] = _flag("enable", args["enable"])
     # materialize once and validate now, so a typo fails at the call site
     white = as_op_names("custom_white_list", args["custom_white_list"])
     black = as_op_names("custom_black_list", args["custom_black_list"])
@@ -175,70 +189,6 @@ def effective_op_lists(dtype: str, level: str = "O1", config: Optional[AmpConfig
         return _compat.tracer_op_lists()
 
 
-# --------------------------------------------------------------------------- keep fp32
-def _to_fp32(value: Any) -> Any:
-    if isinstance(value, paddle.Tensor) and value.dtype in (paddle.float16, paddle.bfloat16):
-        return value.astype("float32")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_fp32(v) for v in value)
-    return value
-
-
-def is_kept_fp32(layer: paddle.nn.Layer) -> bool:
-    """Whether :func:`keep_fp32` marked ``layer``."""
-    return bool(getattr(layer, _KEEP_FP32_FLAG, False))
-
-
-def _mark(layer: paddle.nn.Layer) -> None:
-    if is_kept_fp32(layer):
-        return
-    original = layer.forward
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        with paddle.amp.auto_cast(enable=False):
-            return original(*_to_fp32(args), **{k: _to_fp32(v) for k, v in kwargs.items()})
-
-    layer.forward = forward
-    setattr(layer, _KEEP_FP32_FLAG, True)
-
-
-def select_layers(model: paddle.nn.Layer, names: Iterable[str]) -> list[paddle.nn.Layer]:
-    """Sublayers of ``model`` whose qualified name or class name is in ``names``.
-
-    Raises:
-        ValueError: a name that matches nothing, with the closest sublayer names.
-    """
-    named = dict(model.named_sublayers(include_self=True))
-    chosen: list[paddle.nn.Layer] = []
-    for name in names:
-        hits = [layer for qual, layer in named.items() if qual == name or type(layer).__name__ == name]
-        if not hits:
-            pool = sorted(set(named) | {type(v).__name__ for v in named.values()} - {""})
-            hint = difflib.get_close_matches(name, pool, n=3)
-            more = f" Did you mean {' or '.join(repr(h) for h in hint)}?" if hint else ""
-            raise ValueError(f"No sublayer named {name!r} (by path or class) in fp32 layers.{more}")
-        chosen.extend(h for h in hits if all(h is not c for c in chosen))
-    return chosen
-
-
-def keep_fp32(layer: paddle.nn.Layer, names: Iterable[str] | None = None) -> paddle.nn.Layer:
-    """Keep ``layer`` (or the sublayers ``names`` of it) in float32 under AMP.
-
-    In O1 the layer runs with autocast off on float32 inputs; in O2, :func:`decorate` leaves its
-    parameters in float32 (call ``keep_fp32`` before ``decorate``). Like Keras'
-    ``Dense(10, dtype="float32")`` output layer. Returns ``layer``.
-
-    Example:
-        >>> model = keep_fp32(model, ["head"])  # doctest: +SKIP
-    """
-    if not isinstance(layer, paddle.nn.Layer):
-        raise TypeError(f"keep_fp32 expects a paddle.nn.Layer. Received: {type(layer).__name__}")
-    targets = [layer] if names is None else select_layers(layer, [names] if isinstance(names, str) else names)
-    for target in targets:
-        _mark(target)
-    return layer
-
-
 # --------------------------------------------------------------------------- decorate
 def decorate(
     models: Any,
@@ -258,15 +208,16 @@ def decorate(
     ``excluded_layers`` in O2. Where the gate says float32 (no GPU, CC < 7.0, or under
     fp16 emulation) the models are returned unconverted, with the reason logged once.
     """
+    enable = True
     if config is not None:
-        level, dtype = config.level, config.dtype
-    level = str(level).upper()
-    dtype = _normalize_dtype(dtype)
+        args = _from_config(config, dict(level=level, dtype=dtype))
+        level, dtype, enable = args["level"], args["dtype"], args["enable"]
+    _check_decorate_args(level, dtype, save_dtype)
     model_list = models if isinstance(models, (list, tuple)) else [models]
     if config is not None and config.fp32_layers:
         for model in model_list:
             keep_fp32(model, config.fp32_layers)
-    enable, run_dtype = resolve_precision(config.enable if config else True, dtype)
+    enable, run_dtype = resolve_precision(enable, dtype)
     if not enable:
         if level == "O2":
             warn_once("decorate:fp32", "decorate(level='O2') leaves parameters in float32: AMP cannot run here.")
@@ -288,6 +239,19 @@ def decorate(
         master_grad=master_grad,
         excluded_layers=excluded,
     )
+
+
+def _check_decorate_args(level: Any, dtype: Any, save_dtype: Any) -> None:
+    """Paddle's own checks of ``decorate``, made everywhere (Paddle skips none of them on a CPU
+    for level and dtype; ``save_dtype`` it checks only where AMP runs)."""
+    if level not in ("O1", "O2"):
+        raise ValueError(f"decorate level must be 'O1' or 'O2' (as in paddle.amp.decorate; 'O1' leaves parameters "
+                         f"as they are, 'O2' casts them to low precision). Received: level={level!r}")
+    if dtype not in ("float16", "bfloat16", "auto"):
+        raise ValueError(f"decorate dtype must be 'float16', 'bfloat16' or 'auto'. Received: dtype={dtype!r}")
+    if save_dtype is not None and save_dtype not in ("float16", "bfloat16", "float32", "float64"):
+        raise ValueError("save_dtype must be None, 'float16', 'bfloat16', 'float32' or 'float64'. "
+                         f"Received: save_dtype={save_dtype!r}")
 
 
 def is_float16_supported(device: str | None = None) -> bool:

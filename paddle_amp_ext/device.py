@@ -8,7 +8,8 @@ from typing import Optional, Tuple
 
 import paddle
 
-from .gate import AmpDecision, DeviceInfo, decide
+from . import _compat
+from .gate import AmpDecision, DeviceInfo, decide, decide_by_support
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,21 @@ def _current_index() -> int:
     return 0
 
 
+def device_decision(kind: str, requested: str, strict: bool = False) -> AmpDecision:
+    """The decision for an XPU or custom device: Paddle's own support check decides."""
+    fp16 = bool(paddle.amp.is_float16_supported())
+    bf16 = bool(paddle.amp.is_bfloat16_supported())
+    return decide_by_support(requested, fp16=fp16, bf16=bf16, device=f"this {kind.upper()} device",
+                             rule="paddle.amp.is_float16_supported/is_bfloat16_supported", strict=strict)
+
+
 @functools.cache
 def current_decision(requested: str = "auto", strict: bool = False) -> AmpDecision:
     """The gate's decision for the current GPU, made once per process and request."""
+    if paddle.is_compiled_with_rocm():  # Paddle's own rule, not a CUDA compute capability
+        fp16, bf16 = _compat.gpu_amp_support()
+        return decide_by_support(requested, fp16=fp16, bf16=bf16, device=f"ROCm GPU {_current_index()}",
+                                 rule=f"Paddle {paddle.__version__}'s rule for ROCm builds", strict=strict)
     report = probe_report()
     index = _current_index()
     device = next((d for d in report.devices if d.index == index), None)

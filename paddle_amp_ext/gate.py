@@ -156,6 +156,49 @@ def decide(
     return AmpDecision(True, "float16", True, reason, requested)
 
 
+def decide_by_support(
+    requested: str,
+    *,
+    fp16: bool,
+    bf16: bool,
+    device: str,
+    rule: str,
+    strict: bool = False,
+) -> AmpDecision:
+    """Pick the precision where Paddle's own support check decides, not a CUDA compute capability.
+
+    Used for ROCm GPUs (Paddle 3.x allows float16 and bfloat16 AMP on every ROCm device), XPUs
+    and custom devices (Paddle's ``is_float16_supported``/``is_bfloat16_supported``).
+
+    Args:
+        requested: ``"auto"``, ``"float16"``, ``"bfloat16"`` or ``"float32"``.
+        fp16, bf16: Paddle's answers for this device.
+        device: the device, for the reason sentence (``"ROCm GPU 0"``).
+        rule: the rule Paddle applied, for the reason sentence.
+        strict: raise instead of falling back when an explicit request cannot run.
+
+    Example:
+        >>> decide_by_support("auto", fp16=True, bf16=False, device="XPU 0", rule="Paddle's XPU check").dtype
+        'float16'
+    """
+    if not isinstance(requested, str) or requested.lower() not in REQUESTS:
+        raise ValueError(f"requested must be one of {REQUESTS}. Received: requested={requested!r}")
+    requested = requested.lower()
+    if requested == "float32":
+        return _fp32(requested, "float32 was requested: AMP is off.", False)
+    if requested == "bfloat16" or (requested == "auto" and bf16):
+        if bf16:
+            return AmpDecision(True, "bfloat16", False, f"{device} supports bfloat16 AMP ({rule}): "
+                               "bfloat16 has float32's range, so no loss scaling is needed.", requested)
+        return _unsupported(requested, f"{device} does not support bfloat16 AMP ({rule}), so training runs in "
+                            "float32.", strict, explicit=True)
+    if fp16:
+        return AmpDecision(True, "float16", True, f"{device} supports float16 AMP ({rule}): float16 with dynamic "
+                           "loss scaling.", requested)
+    reason = f"{device} supports neither float16 nor bfloat16 AMP ({rule}), so training runs in float32."
+    return _unsupported(requested, reason, strict, explicit=requested != "auto")
+
+
 def _unsupported(requested: str, reason: str, strict: bool, explicit: bool) -> AmpDecision:
     if explicit and strict:
         raise AmpUnsupportedError(f"{requested} AMP requested, but {reason}")

@@ -102,7 +102,6 @@ class GradScaler(paddle.amp.GradScaler):
                 raise TypeError(f"Pass either config= or {changed}, not both: put them in the AmpConfig "
                                 "(config.replace(...)).")
             enable = "auto" if config.dtype == "auto" and config.enable else config.enable
-        super().__init__(enable=False)  # Paddle would warn on every CPU construction
         self._policy = DynamicLossScale(
             init=float(config.init_loss_scaling), incr_ratio=float(config.incr_ratio),
             decr_ratio=float(config.decr_ratio), incr_every_n_steps=int(config.incr_every_n_steps),
@@ -110,8 +109,8 @@ class GradScaler(paddle.amp.GradScaler):
             min_scale=float(config.min_loss_scaling), max_scale=float(config.max_loss_scaling),
             hysteresis=config.hysteresis, dynamic=config.use_dynamic_loss_scaling,
         )
-        _compat.init_scaler_state(self, self._policy.scale)
-        self._use_dynamic_loss_scaling = self._policy.dynamic
+        self._init_scale = self._policy.scale
+        self._static = _compat.in_static_mode()
         self._max_consecutive_skips = config.max_consecutive_skips
         self._on_collapse = config.on_collapse
         self._sync_found_inf = sync_found_inf
@@ -119,6 +118,13 @@ class GradScaler(paddle.amp.GradScaler):
         for hook in hooks:
             self.add_hook(hook)
         self._requested = self._resolve_request(enable)
+        if self._static:  # a static program: Paddle's scaler builds its persistable scale there
+            super().__init__(self._requested, self._policy.scale, self._policy.incr_ratio, self._policy.decr_ratio,
+                             self._policy.incr_every_n_steps, self._policy.decr_every_n_nan_or_inf,
+                             self._policy.dynamic)
+            return
+        super().__init__(enable=False)  # Paddle would warn on every CPU construction
+        _compat.init_scaler_state(self, self._policy.scale)
         self._dtype_disabled = False
         self._found_by_opt: dict = {}
         self._found_since_update = False
@@ -127,7 +133,7 @@ class GradScaler(paddle.amp.GradScaler):
         self._last_result: Optional[StepResult] = None
         self._loss_sum: Optional[paddle.Tensor] = None
         self._last_lr: Optional[float] = None
-        _compat.set_scaler_enabled(self, self._active())
+        self._set_active(self._active())
 
     # ------------------------------------------------------------------ enablement
     def _resolve_request(self, enable: Union[bool, str]) -> bool:
@@ -140,6 +146,9 @@ class GradScaler(paddle.amp.GradScaler):
             return True
         if not isinstance(enable, bool):
             raise TypeError(f"enable must be True, False or 'auto'. Received: enable={enable!r}")
+        if self._static:  # Paddle's static scaler checks no device
+            self._device_ok = True
+            return enable
         self._device_ok = _compat.place_kind() != "cpu"
         if enable and not self._device_ok and _state.emulated_dtype() is None:
             warn_once(
@@ -149,6 +158,12 @@ class GradScaler(paddle.amp.GradScaler):
                 "for real.",
             )
         return enable
+
+    def _set_active(self, active: bool) -> None:
+        """Loss scaling on or off, and Paddle's attributes that say so (as Paddle's scaler sets them)."""
+        self._enable = active
+        self._use_dynamic_loss_scaling = active and self._policy.dynamic
+        self._init_loss_scaling = self._init_scale if active else 1.0
 
     def _active(self) -> bool:
         if not self._requested or self._dtype_disabled:
@@ -160,7 +175,13 @@ class GradScaler(paddle.amp.GradScaler):
 
     # ------------------------------------------------------------------ Paddle API
     def scale(self, var: paddle.Tensor) -> paddle.Tensor:
-        """Multiply ``var`` by the loss scale (unchanged when loss scaling is off)."""
+        """Multiply ``var`` by the loss scale (unchanged when loss scaling is off).
+
+        A static-graph value (``paddle.enable_static()``, ``paddle.jit.to_static``) is scaled by
+        Paddle's own static-graph rule.
+        """
+        if self._static or _compat.is_static_value(var):
+            return super().scale(var)
         if not isinstance(var, paddle.Tensor):
             raise TypeError(f"scale() expects a paddle.Tensor loss. Received: {type(var).__name__}")
         if self._hooks:  # only hooks read the loss; without them nothing is kept
@@ -172,7 +193,7 @@ class GradScaler(paddle.amp.GradScaler):
             active = False
             info_once("scaler:dtype", "GradScaler turned off: AMP dtype is %s, which needs no loss "
                       "scaling.", _compat.amp_state_dtype())
-        _compat.set_scaler_enabled(self, active)
+        self._set_active(active)
         if not active:
             return var
         return var * _compat.scaler_scale_tensor(self)
@@ -188,6 +209,7 @@ class GradScaler(paddle.amp.GradScaler):
         found = _compat.unscale(self, optimizer)
         if self._sync_found_inf:
             found = all_reduce_max(found)
+        _compat.set_found_flags(self, found=found)
         self._found_by_opt[id(optimizer)] = found
 
     def _skip(self, optimizer: Any) -> bool:
@@ -222,6 +244,8 @@ class GradScaler(paddle.amp.GradScaler):
             RuntimeError: ``step`` twice for one optimizer before ``update()``.
             TypeError, ValueError: a bad ``grad_clip``.
         """
+        if self._static:
+            return super().step(optimizer)
         clip = resolve_clip(grad_clip)
         scale_used = self._policy.scale if self.is_enable() else 1.0
         skipped = self._skip(optimizer) if self.is_enable() else False
@@ -237,21 +261,31 @@ class GradScaler(paddle.amp.GradScaler):
             if not self._policy.dynamic:
                 _compat.reset_optimizer_stages(self)
         self._stepped_since_update = True
+        _compat.set_found_flags(self, skipped=skipped)
         self._last_result = StepResult(skipped=skipped, loss_scale=scale_used, grad_norm=norm)
         return self._last_result
 
     def minimize(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        """``optimizer.minimize(*args)`` unless inf/nan was found, then ``update()``."""
+        """``optimizer.minimize(*args)`` unless inf/nan was found, then ``update()``.
+
+        In a static program this is Paddle's ``minimize`` (which needs an optimizer from
+        ``paddle.static.amp.decorate``).
+        """
+        if self._static:
+            return super().minimize(optimizer, *args, **kwargs)
         enabled = self.is_enable()
         skipped = self._skip(optimizer) if enabled else False
         out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)
         self._stepped_since_update = True
+        _compat.set_found_flags(self, skipped=skipped)
         self._last_result = StepResult(skipped, self._policy.scale if enabled else 1.0)
         self.update()
         return out
 
     def update(self) -> None:
         """Close the iteration: update the scale, count skips, tell the hooks."""
+        if self._static:
+            return super().update()
         if not self._stepped_since_update:
             logger.debug("update() without step(): nothing to do")
             return
@@ -351,8 +385,9 @@ class GradScaler(paddle.amp.GradScaler):
         validate_scaling(init_loss_scaling=new_init_loss_scaling, incr_ratio=2.0, decr_ratio=0.5,
                          incr_every_n_steps=1, decr_every_n_nan_or_inf=1,
                          min_loss_scaling=self._policy.min_scale, max_loss_scaling=self._policy.max_scale)
-        self._policy.scale = float(new_init_loss_scaling)
+        self._policy.scale = self._init_scale = float(new_init_loss_scaling)
         _compat.set_scaler_scale(self, self._policy.scale)
+        self._set_active(self._enable)
 
     def state_dict(self) -> dict:  # type: ignore[override]
         """Versioned state: Paddle's keys (``scale`` as a float32 array) plus bounds and counters."""
@@ -366,8 +401,9 @@ class GradScaler(paddle.amp.GradScaler):
             ValueError: a state dict from a newer paddle-amp-ext.
         """
         self._policy.import_state(state_dict)
-        self._use_dynamic_loss_scaling = self._policy.dynamic
+        self._init_scale = self._policy.scale  # as Paddle: the loaded scale becomes the initial one
         _compat.set_scaler_scale(self, self._policy.scale)
+        self._set_active(self._enable)
 
     # Paddle's get_/set_ methods read and write these names: route them to the policy.
     def _policy_attr(name: str):  # noqa: N805 - descriptor factory used in the class body

@@ -1,0 +1,75 @@
+"""Every private Paddle access of paddle-amp-ext lives in this package.
+
+The rest of the package uses Paddle's public API only. Each module says what it relies on; all
+were checked against paddlepaddle 2.6.2 and 3.3.1 (CPU builds; the GPU wheels share the Python
+code):
+
+- :mod:`.tracer`: the dygraph tracer (place, AMP level, op lists), static/PIR mode, the op
+  registry, Paddle's global AMP state.
+- :mod:`.scaler`: ``paddle.amp.GradScaler`` internals (``_unscale``, the per-optimizer states,
+  the flags Paddle programs read after ``step()``).
+- :mod:`.optimizer`: optimizer parameters, gradient tensors, fused norm kernels, hapi's scaler.
+"""
+
+from __future__ import annotations
+
+from .optimizer import grad_of, hapi_scaler, iter_grads, multiply_inplace, optimizer_parameters, squared_l2_norm
+from .scaler import (
+    init_scaler_state,
+    mark_stepped,
+    optimizer_stage,
+    paddle_scaler_view,
+    reset_optimizer_stages,
+    scaler_scale_tensor,
+    set_found_flags,
+    set_scaler_enabled,
+    set_scaler_scale,
+    unscale,
+)
+from .tracer import (
+    PADDLE_VERSION,
+    amp_state_dtype,
+    autocast_enabled,
+    default_op_lists,
+    gpu_amp_support,
+    in_static_mode,
+    is_static_value,
+    place_kind,
+    registered_op_names,
+    set_amp_state_dtype,
+    static_amp_supported,
+    tracer_amp_level,
+    tracer_op_lists,
+)
+
+__all__ = [
+    "PADDLE_VERSION",
+    "amp_state_dtype",
+    "autocast_enabled",
+    "default_op_lists",
+    "gpu_amp_support",
+    "grad_of",
+    "hapi_scaler",
+    "in_static_mode",
+    "init_scaler_state",
+    "is_static_value",
+    "iter_grads",
+    "mark_stepped",
+    "multiply_inplace",
+    "optimizer_parameters",
+    "optimizer_stage",
+    "paddle_scaler_view",
+    "place_kind",
+    "registered_op_names",
+    "reset_optimizer_stages",
+    "scaler_scale_tensor",
+    "set_amp_state_dtype",
+    "set_found_flags",
+    "set_scaler_enabled",
+    "set_scaler_scale",
+    "squared_l2_norm",
+    "static_amp_supported",
+    "tracer_amp_level",
+    "tracer_op_lists",
+    "unscale",
+]

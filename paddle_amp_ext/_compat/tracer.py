@@ -1,0 +1,158 @@
+"""The dygraph tracer, static/PIR mode, the op registry and Paddle's global AMP state.
+
+Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
+
+- ``paddle.base.framework._dygraph_tracer()``: its ``_expected_place`` (which device AMP would run
+  on), ``_get_amp_op_list()`` (the white/black op lists in force inside ``auto_cast``) and
+  ``_amp_level``. There is no tracer in static mode (``paddle.enable_static()`` and code being
+  converted by ``paddle.jit.to_static``).
+- ``paddle.base.framework.in_pir_mode()``: 3.x static graphs are PIR programs, where
+  ``paddle.amp.auto_cast`` works (it sets the program's AMP attributes, with no device check);
+  2.6's legacy static graph rejects ``auto_cast`` (an AssertionError from ``amp_guard``).
+- ``paddle.amp.auto_cast._is_gpu_float16_supported`` / ``_is_gpu_bfloat16_supported``: the rule
+  ``amp_guard`` applies on a GPU (on 3.x, ROCm builds allow both).
+- ``paddle.base.core.get_all_op_names()`` and ``core._get_registered_phi_kernels('all')``: the op
+  registry that custom op lists are validated against; ``paddle.amp.amp_lists``: Paddle's defaults.
+- ``paddle.amp.auto_cast.amp_global_state().amp_dtype``: Paddle's scaler disables itself in
+  ``scale()`` unless this is ``'float16'``; fp16 emulation sets it. ``amp_state()``: the
+  arguments of the innermost ``auto_cast``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import paddle
+
+
+def _parse_version(text: str) -> tuple[int, int, int]:
+    parts = [int(p) for p in re.findall(r"\d+", text)[:3]]
+    while len(parts) < 3:
+        parts.append(0)
+    return parts[0], parts[1], parts[2]
+
+
+PADDLE_VERSION: tuple[int, int, int] = _parse_version(paddle.__version__)
+
+
+def _tracer() -> Any:
+    from paddle.base.framework import _dygraph_tracer
+
+    return _dygraph_tracer()
+
+
+# --------------------------------------------------------------------------- modes
+def in_static_mode() -> bool:
+    """True while building a static program (``enable_static`` or ``to_static`` conversion)."""
+    return not paddle.in_dynamic_mode()
+
+
+def _in_pir_mode() -> bool:
+    from paddle.base import framework
+
+    check = getattr(framework, "in_pir_mode", None)
+    return bool(check()) if check is not None else False
+
+
+def static_amp_supported() -> bool:
+    """Whether ``paddle.amp.auto_cast`` can be entered now: dygraph, or a 3.x PIR program."""
+    return paddle.in_dynamic_mode() or _in_pir_mode()
+
+
+def is_static_value(value: Any) -> bool:
+    """A static-graph value (3.x ``pir.Value`` or a legacy ``static.Variable``), not a Tensor."""
+    pir = getattr(paddle, "pir", None)
+    kinds = tuple(t for t in (getattr(pir, "Value", None), getattr(paddle.static, "Variable", None)) if t)
+    return isinstance(value, kinds) and not isinstance(value, paddle.Tensor)
+
+
+def gpu_amp_support() -> tuple[bool, bool]:
+    """Paddle's own (float16, bfloat16) AMP rule for the current GPU (``amp_guard`` applies it).
+
+    3.x allows both on every ROCm build; 2.6 reads the compute capability only.
+    """
+    from paddle.amp import auto_cast as auto_cast_module
+
+    return bool(auto_cast_module._is_gpu_float16_supported()), bool(auto_cast_module._is_gpu_bfloat16_supported())
+
+
+# --------------------------------------------------------------------------- tracer and place
+def place_kind() -> str:
+    """Where eager ops run now: ``'gpu'``, ``'xpu'``, ``'custom'`` or ``'cpu'`` (also in static mode)."""
+    tracer = _tracer()
+    place = tracer._expected_place if tracer is not None else paddle.framework._current_expected_place()
+    if place.is_gpu_place():
+        return "gpu"
+    if place.is_xpu_place():
+        return "xpu"
+    if place.is_custom_place():
+        return "custom"
+    return "cpu"
+
+
+def tracer_op_lists() -> tuple[frozenset[str], frozenset[str]]:
+    """The (white, black) op lists in force in the tracer right now."""
+    white, black = _tracer()._get_amp_op_list()
+    return frozenset(white), frozenset(black)
+
+
+def tracer_amp_level() -> str:
+    """The tracer's AMP level as ``'O0'``, ``'O1'``, ``'O2'`` or ``'OD'``."""
+    return str(_tracer()._amp_level).rsplit(".", 1)[-1]
+
+
+# --------------------------------------------------------------------------- op registry
+@functools.cache
+def registered_op_names() -> frozenset[str]:
+    """Every op type name the installed Paddle knows (ops, phi kernels, AMP defaults)."""
+    from paddle.base import core
+
+    names: set[str] = set(core.get_all_op_names())
+    try:
+        names.update(core._get_registered_phi_kernels("all"))
+    except (AttributeError, TypeError, RuntimeError):  # pragma: no cover - older builds
+        pass
+    for dtype in ("float16", "bfloat16"):
+        for level in ("O1", "O2"):
+            white, black = default_op_lists(dtype, level)
+            names.update(white)
+            names.update(black)
+    return frozenset(names)
+
+
+def default_op_lists(dtype: str, level: str) -> tuple[frozenset[str], frozenset[str]]:
+    """Paddle's own (white, black) lists for ``dtype`` and ``level``."""
+    from paddle.amp import amp_lists
+
+    return (
+        frozenset(amp_lists.white_list()[dtype][level]),
+        frozenset(amp_lists.black_list()[dtype][level]),
+    )
+
+
+# --------------------------------------------------------------------------- AMP global state
+def amp_state_dtype() -> str:
+    """The dtype Paddle's scaler checks in ``scale()`` (``'float32'`` before any auto_cast)."""
+    from paddle.amp.auto_cast import amp_global_state
+
+    return str(amp_global_state().amp_dtype)
+
+
+def set_amp_state_dtype(dtype: str) -> str:
+    """Set Paddle's global AMP dtype; return the previous value."""
+    from paddle.amp.auto_cast import amp_global_state
+
+    state = amp_global_state()
+    previous = str(state.amp_dtype)
+    state.amp_dtype = dtype
+    return previous
+
+
+def autocast_enabled() -> bool:
+    """Whether the innermost ``paddle.amp.auto_cast`` context asked for AMP (False outside)."""
+    from paddle.amp import auto_cast as auto_cast_module
+
+    state = auto_cast_module.amp_state()
+    return bool(state and state.get("enable", False))

@@ -1,0 +1,125 @@
+"""``keep_fp32``: layers that stay in float32 under AMP, without replacing ``forward``.
+
+A kept layer's class is swapped for a subclass of its own class (same name, cached per class)
+whose ``forward`` runs the original one with autocast off and low-precision inputs cast to
+float32. Nothing is stored on the instance but its class, so a kept model survives
+``copy.deepcopy`` (the copy's layer runs the copy's weights), pickles wherever the plain model
+does (it pickles as the original class and is re-marked on load), converts with
+``paddle.jit.to_static`` and saves with ``paddle.jit.save``. The mark is the class:
+:func:`is_kept_fp32` reads it, and ``decorate``, the rehearsal and the doctor honour it.
+
+Where autocast cannot be turned off (Paddle 2.6's legacy static graph, where AMP is a program
+rewrite and ``auto_cast`` raises), the kept layer's forward runs as written.
+
+Example:
+    >>> model = keep_fp32(model, ["head"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import threading
+from typing import Any, Dict, Iterable
+
+import paddle
+
+from . import _compat
+
+_BASE = "_paddle_amp_ext_kept_base"
+_KEPT: Dict[type, type] = {}
+_LOCK = threading.Lock()
+
+
+def _fp32_scope() -> contextlib.AbstractContextManager:
+    if _compat.static_amp_supported():
+        return paddle.amp.auto_cast(enable=False)
+    return contextlib.nullcontext()
+
+
+def _to_fp32(value: Any) -> Any:
+    if isinstance(value, paddle.Tensor) or _compat.is_static_value(value):
+        return value.astype("float32") if value.dtype in (paddle.float16, paddle.bfloat16) else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_fp32(v) for v in value)
+    return value
+
+
+def _kept_forward(self: paddle.nn.Layer, *args: Any, **kwargs: Any) -> Any:
+    base = getattr(type(self), _BASE)
+    with _fp32_scope():
+        return base.forward(self, *_to_fp32(args), **{k: _to_fp32(v) for k, v in kwargs.items()})
+
+
+def _kept_reduce_ex(self: paddle.nn.Layer, protocol: int) -> Any:
+    return _rebuild, (getattr(type(self), _BASE),), self.__getstate__()
+
+
+def _rebuild(base: type) -> paddle.nn.Layer:
+    """Unpickle/deepcopy helper: an empty instance of ``base``, marked as kept."""
+    layer = base.__new__(base)
+    layer.__class__ = kept_class(base)
+    return layer
+
+
+def kept_class(base: type) -> type:
+    """The cached keep-fp32 subclass of ``base`` (same name, module and qualname)."""
+    with _LOCK:
+        kept = _KEPT.get(base)
+        if kept is None:
+            namespace = {"forward": _kept_forward, "__reduce_ex__": _kept_reduce_ex, _BASE: base,
+                         "__module__": base.__module__, "__qualname__": base.__qualname__,
+                         "__doc__": base.__doc__}
+            kept = _KEPT[base] = type(base.__name__, (base,), namespace)
+        return kept
+
+
+def is_kept_fp32(layer: paddle.nn.Layer) -> bool:
+    """Whether :func:`keep_fp32` marked ``layer``."""
+    return _BASE in type(layer).__dict__
+
+
+def select_layers(model: paddle.nn.Layer, names: Iterable[Any]) -> list[paddle.nn.Layer]:
+    """Sublayers of ``model`` whose qualified name or class name is in ``names``.
+
+    Raises:
+        TypeError: a name that is not a str.
+        ValueError: a name that matches nothing, with the closest sublayer names.
+    """
+    named = dict(model.named_sublayers(include_self=True))
+    chosen: list[paddle.nn.Layer] = []
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"fp32 layer names must be str sublayer paths (e.g. 'head', '2') or class names. "
+                            f"Received: {name!r} (of type {type(name).__name__})")
+        hits = [layer for qual, layer in named.items() if qual == name or type(layer).__name__ == name]
+        if not hits:
+            pool = sorted(set(named) | {type(v).__name__ for v in named.values()} - {""})
+            hint = difflib.get_close_matches(name, pool, n=3)
+            more = f" Did you mean {' or '.join(repr(h) for h in hint)}?" if hint else ""
+            raise ValueError(f"No sublayer named {name!r} (by path or class) in fp32 layers.{more}")
+        chosen.extend(h for h in hits if all(h is not c for c in chosen))
+    return chosen
+
+
+def keep_fp32(layer: paddle.nn.Layer, names: Iterable[str] | str | None = None) -> paddle.nn.Layer:
+    """Keep ``layer`` (or the sublayers ``names`` of it) in float32 under AMP.
+
+    In O1 the layer runs with autocast off on float32 inputs; in O2, :func:`decorate` leaves its
+    parameters in float32 (call ``keep_fp32`` before ``decorate``). Like Keras'
+    ``Dense(10, dtype="float32")`` output layer. Idempotent. Returns ``layer``.
+
+    Raises:
+        TypeError: ``layer`` is not a ``paddle.nn.Layer``, or a name is not a str.
+        ValueError: a name that matches no sublayer.
+
+    Example:
+        >>> model = keep_fp32(model, ["head"])  # doctest: +SKIP
+    """
+    if not isinstance(layer, paddle.nn.Layer):
+        raise TypeError(f"keep_fp32 expects a paddle.nn.Layer. Received: {type(layer).__name__}")
+    targets = [layer] if names is None else select_layers(layer, [names] if isinstance(names, str) else names)
+    for target in targets:
+        if not is_kept_fp32(target):
+            target.__class__ = kept_class(type(target))
+    return layer
