@@ -1,7 +1,7 @@
 """``keep_fp32``: layers that stay in float32 under AMP, without replacing ``forward``.
 
 A kept layer's class is swapped for a subclass of its own class (same name, cached per class)
-whose ``forward`` runs the original one with autocast off and low-precision inputs cast to
+whose ``forward`` runs the original one with autocast off and low-precision positional inputs cast to
 float32. Nothing is stored on the instance but its class, so a kept model survives
 ``copy.deepcopy`` (the copy's layer runs the copy's weights), pickles wherever the plain model
 does (it pickles as the original class and is re-marked on load), converts with
@@ -24,31 +24,25 @@ from typing import Any, Dict, Iterable
 
 import paddle
 
-from . import _compat
-
 _BASE = "_paddle_amp_ext_kept_base"
 _KEPT: Dict[type, type] = {}
 _LOCK = threading.Lock()
 
 
 def _fp32_scope() -> contextlib.AbstractContextManager:
-    if _compat.static_amp_supported():
+    """Autocast off where Paddle can turn it off: dygraph, and 3.x PIR programs."""
+    if paddle.in_dynamic_mode() or paddle.framework.in_pir_mode():
         return paddle.amp.auto_cast(enable=False)
     return contextlib.nullcontext()
 
 
-def _to_fp32(value: Any) -> Any:
-    if isinstance(value, paddle.Tensor) or _compat.is_static_value(value):
-        return value.astype("float32") if value.dtype in (paddle.float16, paddle.bfloat16) else value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_fp32(v) for v in value)
-    return value
-
-
 def _kept_forward(self: paddle.nn.Layer, *args: Any, **kwargs: Any) -> Any:
-    base = getattr(type(self), _BASE)
+    # Written for paddle.jit.to_static too: no closure variables and no helper that walks
+    # containers (both versions' converters lose them); the class attribute names the original.
     with _fp32_scope():
-        return base.forward(self, *_to_fp32(args), **{k: _to_fp32(v) for k, v in kwargs.items()})
+        args = [a.astype("float32") if paddle.is_tensor(a) and a.dtype in (paddle.float16, paddle.bfloat16)
+                else a for a in args]
+        return getattr(type(self), "_paddle_amp_ext_kept_base").forward(self, *args, **kwargs)
 
 
 def _kept_reduce_ex(self: paddle.nn.Layer, protocol: int) -> Any:
@@ -63,13 +57,14 @@ def _rebuild(base: type) -> paddle.nn.Layer:
 
 
 def kept_class(base: type) -> type:
-    """The cached keep-fp32 subclass of ``base`` (same name, module and qualname)."""
+    """The cached keep-fp32 subclass of ``base``: the same ``__name__``, this module's
+    ``__module__`` (``paddle.jit.to_static``'s bytecode mode treats classes from Paddle's modules
+    as Paddle's own layers and would not run this ``forward``)."""
     with _LOCK:
         kept = _KEPT.get(base)
         if kept is None:
             namespace = {"forward": _kept_forward, "__reduce_ex__": _kept_reduce_ex, _BASE: base,
-                         "__module__": base.__module__, "__qualname__": base.__qualname__,
-                         "__doc__": base.__doc__}
+                         "__module__": __name__, "__doc__": base.__doc__}
             kept = _KEPT[base] = type(base.__name__, (base,), namespace)
         return kept
 
