@@ -180,8 +180,8 @@ class GradScaler(paddle.amp.GradScaler):
         A static-graph value (``paddle.enable_static()``, ``paddle.jit.to_static``) is scaled by
         Paddle's own static-graph rule.
         """
-        if self._static or _compat.is_static_value(var):
-            return super().scale(var)
+        if self._static or _compat.is_static_value(var):  # explicit base: to_static converts this method
+            return paddle.amp.GradScaler.scale(self, var)
         if not isinstance(var, paddle.Tensor):
             raise TypeError(f"scale() expects a paddle.Tensor loss. Received: {type(var).__name__}")
         if self._hooks:  # only hooks read the loss; without them nothing is kept

@@ -37,6 +37,13 @@ def _parse_version(text: str) -> tuple[int, int, int]:
 PADDLE_VERSION: tuple[int, int, int] = _parse_version(paddle.__version__)
 
 
+def _auto_cast_module() -> Any:
+    """The module ``paddle.amp.auto_cast`` (on 2.6 the attribute of that name is the function)."""
+    import importlib
+
+    return importlib.import_module("paddle.amp.auto_cast")
+
+
 def _tracer() -> Any:
     from paddle.base.framework import _dygraph_tracer
 
@@ -73,9 +80,8 @@ def gpu_amp_support() -> tuple[bool, bool]:
 
     3.x allows both on every ROCm build; 2.6 reads the compute capability only.
     """
-    from paddle.amp import auto_cast as auto_cast_module
-
-    return bool(auto_cast_module._is_gpu_float16_supported()), bool(auto_cast_module._is_gpu_bfloat16_supported())
+    module = _auto_cast_module()
+    return bool(module._is_gpu_float16_supported()), bool(module._is_gpu_bfloat16_supported())
 
 
 # --------------------------------------------------------------------------- tracer and place
@@ -152,7 +158,5 @@ def set_amp_state_dtype(dtype: str) -> str:
 
 def autocast_enabled() -> bool:
     """Whether the innermost ``paddle.amp.auto_cast`` context asked for AMP (False outside)."""
-    from paddle.amp import auto_cast as auto_cast_module
-
-    state = auto_cast_module.amp_state()
+    state = _auto_cast_module().amp_state()
     return bool(state and state.get("enable", False))
