@@ -128,6 +128,78 @@ def models(quick: bool) -> Dict[str, Dict[str, Any]]:
     }
 
 
+def measure_model(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """One row of the matrix: whole step plain and under rehearsal, clip alone, host reads."""
+    import paddle
+
+    import paddle_amp_ext as amp
+    from paddle_amp_ext import _compat
+    from paddle_amp_ext.clip import clip_grads_
+
+    paddle.seed(0)
+    x = paddle.randn(spec["x"])
+    y = paddle.randn([spec["x"][0], 1])
+
+    def setup(clip_in_optimizer: bool):
+        paddle.seed(0)
+        model = spec["build"]()
+        clip = paddle.nn.ClipGradByGlobalNorm(1.0) if clip_in_optimizer else None
+        return model, paddle.optimizer.Adam(learning_rate=1e-4, parameters=model.parameters(), grad_clip=clip)
+
+    ours_model, ours_opt = setup(False)
+    theirs_model, theirs_opt = setup(True)
+    ours = amp.GradScaler(init_loss_scaling=2.0**10)
+    theirs = paddle.amp.GradScaler(enable=False)
+    _compat.init_scaler_state(theirs, 2.0**10)  # Paddle disables itself on a CPU; switch it back on
+    _compat.set_scaler_enabled(theirs, True)
+    theirs._incr_ratio, theirs._decr_ratio = 2.0, 0.5
+    theirs._incr_every_n_steps, theirs._decr_every_n_nan_or_inf = 2000, 1
+
+    def ours_step():
+        loss = paddle.nn.functional.mse_loss(ours_model(x), y)
+        ours.scale(loss).backward()
+        ours.step(ours_opt, grad_clip=1.0)
+        ours.update()
+        ours_opt.clear_grad()
+
+    def theirs_step():
+        loss = paddle.nn.functional.mse_loss(theirs_model(x), y)
+        theirs.scale(loss).backward()
+        theirs.step(theirs_opt)
+        theirs.update()
+        theirs_opt.clear_grad()
+
+    both = paddle.nn.Sequential(ours_model, theirs_model)
+    variants = {"ours": ours_step, "paddle": theirs_step}
+    row: Dict[str, Any] = {"tensors": len(ours_model.parameters()),
+                           "params": sum(int(p.size) for p in ours_model.parameters())}
+    with amp.fp16_emulation(both, custom_black_list=["matmul"]):
+        row["plain"] = ratio_stats(paired(variants, spec["steps"], spec["repeats"]), "ours", "paddle")
+        with HostReads() as ours_reads:
+            for _ in range(3):
+                ours_step()
+        with HostReads() as paddle_reads:
+            for _ in range(3):
+                theirs_step()
+        row["added_host_reads_per_step"] = (ours_reads.count - paddle_reads.count) / 3
+    with amp.fp16_emulation(both):
+        row["rehearsal"] = ratio_stats(paired(variants, spec["steps"], spec["repeats"]), "ours", "paddle")
+
+    # clip alone, on the same gradients
+    paddle.nn.functional.mse_loss(ours_model(x), y).backward()
+    params = [p for p in ours_model.parameters() if p.grad is not None]
+    paddle_clip = paddle.nn.ClipGradByGlobalNorm(1.0)
+    ours_clip = paddle.nn.ClipGradByGlobalNorm(1.0)
+    pairs = [(p, p._grad_ivar()) for p in params]
+    clip = paired({"ours": lambda: clip_grads_(params, ours_clip), "paddle": lambda: paddle_clip(pairs)},
+                  steps=spec["steps"] * 4, repeats=spec["repeats"])
+    stats = ratio_stats(clip, "ours", "paddle")
+    stats["us_per_tensor_diff"] = (stats["ours_ms"] - stats["paddle_ms"]) * 1e3 / len(params)
+    row["clip"] = stats
+    ours_opt.clear_grad()
+    return row
+
+
 def measure_here(quick: bool) -> Dict[str, Any]:
     """Run the matrix with this interpreter's Paddle; returns JSON-able results."""
     import logging
@@ -135,75 +207,12 @@ def measure_here(quick: bool) -> Dict[str, Any]:
     import paddle
 
     import paddle_amp_ext as amp
-    from paddle_amp_ext import _compat
-    from paddle_amp_ext.clip import clip_grads_
     from paddle_amp_ext.events import StepEvent, StepResult
 
     logging.getLogger("paddle_amp_ext").setLevel(logging.ERROR)
     out: Dict[str, Any] = {"paddle": paddle.__version__, "rows": {}}
     for name, spec in models(quick).items():
-        paddle.seed(0)
-        x = paddle.randn(spec["x"])
-        y = paddle.randn([spec["x"][0], 1])
-
-        def setup(clip_in_optimizer: bool):
-            paddle.seed(0)
-            model = spec["build"]()
-            clip = paddle.nn.ClipGradByGlobalNorm(1.0) if clip_in_optimizer else None
-            return model, paddle.optimizer.Adam(learning_rate=1e-4, parameters=model.parameters(), grad_clip=clip)
-
-        ours_model, ours_opt = setup(False)
-        theirs_model, theirs_opt = setup(True)
-        ours = amp.GradScaler(init_loss_scaling=2.0**10)
-        theirs = paddle.amp.GradScaler(enable=False)
-        _compat.init_scaler_state(theirs, 2.0**10)  # Paddle disables itself on a CPU; switch it back on
-        _compat.set_scaler_enabled(theirs, True)
-        theirs._incr_ratio, theirs._decr_ratio = 2.0, 0.5
-        theirs._incr_every_n_steps, theirs._decr_every_n_nan_or_inf = 2000, 1
-
-        def ours_step():
-            loss = paddle.nn.functional.mse_loss(ours_model(x), y)
-            ours.scale(loss).backward()
-            ours.step(ours_opt, grad_clip=1.0)
-            ours.update()
-            ours_opt.clear_grad()
-
-        def theirs_step():
-            loss = paddle.nn.functional.mse_loss(theirs_model(x), y)
-            theirs.scale(loss).backward()
-            theirs.step(theirs_opt)
-            theirs.update()
-            theirs_opt.clear_grad()
-
-        both = paddle.nn.Sequential(ours_model, theirs_model)
-        variants = {"ours": ours_step, "paddle": theirs_step}
-        row: Dict[str, Any] = {"tensors": len(ours_model.parameters()),
-                               "params": sum(int(p.size) for p in ours_model.parameters())}
-        with amp.fp16_emulation(both, custom_black_list=["matmul"]):
-            row["plain"] = ratio_stats(paired(variants, spec["steps"], spec["repeats"]), "ours", "paddle")
-            with HostReads() as ours_reads:
-                for _ in range(3):
-                    ours_step()
-            with HostReads() as paddle_reads:
-                for _ in range(3):
-                    theirs_step()
-            row["added_host_reads_per_step"] = (ours_reads.count - paddle_reads.count) / 3
-        with amp.fp16_emulation(both):
-            row["rehearsal"] = ratio_stats(paired(variants, spec["steps"], spec["repeats"]), "ours", "paddle")
-
-        # clip alone, on the same gradients
-        paddle.nn.functional.mse_loss(ours_model(x), y).backward()
-        params = [p for p in ours_model.parameters() if p.grad is not None]
-        paddle_clip = paddle.nn.ClipGradByGlobalNorm(1.0)
-        ours_clip = paddle.nn.ClipGradByGlobalNorm(1.0)
-        pairs = [(p, p._grad_ivar()) for p in params]
-        clip = paired({"ours": lambda: clip_grads_(params, ours_clip), "paddle": lambda: paddle_clip(pairs)},
-                      steps=spec["steps"] * 4, repeats=spec["repeats"])
-        stats = ratio_stats(clip, "ours", "paddle")
-        stats["us_per_tensor_diff"] = (stats["ours_ms"] - stats["paddle_ms"]) * 1e3 / len(params)
-        row["clip"] = stats
-        ours_opt.clear_grad()
-        out["rows"][name] = row
+        out["rows"][name] = measure_model(spec)
 
     # hook: on_step per logged step, flushes included
     with tempfile.TemporaryDirectory() as tmp:

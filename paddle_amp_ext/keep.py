@@ -42,7 +42,7 @@ def _kept_forward(self: paddle.nn.Layer, *args: Any, **kwargs: Any) -> Any:
     with _fp32_scope():
         args = [a.astype("float32") if paddle.is_tensor(a) and a.dtype in (paddle.float16, paddle.bfloat16)
                 else a for a in args]
-        return getattr(type(self), "_paddle_amp_ext_kept_base").forward(self, *args, **kwargs)
+        return type(self)._paddle_amp_ext_kept_base.forward(self, *args, **kwargs)
 
 
 def _kept_reduce_ex(self: paddle.nn.Layer, protocol: int) -> Any:

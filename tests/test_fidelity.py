@@ -111,7 +111,7 @@ def test_static_decorate_behaves_as_paddles():
             paddle.disable_static()
 
     for level in ("O1", "O2"):
-        assert outcome(lambda: run(amp, level)) == outcome(lambda: run(paddle.amp, level))
+        assert outcome(lambda lv=level: run(amp, lv)) == outcome(lambda lv=level: run(paddle.amp, lv))
     if P3:
         assert outcome(lambda: run(amp, "O1")) == ("ok", True)
 
