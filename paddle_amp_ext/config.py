@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import json
 import math
+import numbers
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,9 @@ from typing import Any, Iterable, Mapping, Optional, Tuple
 
 from . import oplists
 
+#: The largest float32: the default upper bound of the loss scale (Paddle's scale is a float32
+#: tensor, unbounded below that).
+FLOAT32_MAX = 3.4028234663852886e38
 DTYPES = ("float16", "bfloat16", "auto")
 LEVELS = ("O1", "O2")
 HYSTERESIS = ("consecutive", "cumulative")
@@ -62,14 +66,19 @@ def _choice(name: str, value: object, choices: tuple[str, ...], normalize=str.lo
 
 
 def _number(name: str, value: object, *, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A real number (Python or numpy scalar, not a bool), finite; an int where ``integer``."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
         kind = "an int" if integer else "a number"
         raise TypeError(f"{name} must be {kind}. Received: {name}={_describe(value)}")
-    if integer and not float(value).is_integer():
-        raise TypeError(f"{name} must be an int. Received: {name}={_describe(value)}")
-    if not math.isfinite(value):
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int beyond float's range
+        as_float = math.inf
+    if not math.isfinite(as_float):
         raise ValueError(f"{name} must be finite. Received: {name}={value!r}")
-    return value
+    if integer and not as_float.is_integer():
+        raise TypeError(f"{name} must be an int. Received: {name}={_describe(value)}")
+    return int(value) if integer else as_float
 
 
 @dataclass(frozen=True)
@@ -109,7 +118,7 @@ class AmpConfig:
     decr_every_n_nan_or_inf: int = 1
     use_dynamic_loss_scaling: bool = True
     min_loss_scaling: float = 1.0
-    max_loss_scaling: float = 2.0**24
+    max_loss_scaling: float = FLOAT32_MAX
     hysteresis: str = "consecutive"
     max_consecutive_skips: Optional[int] = None
     on_collapse: str = "warn"
@@ -141,6 +150,11 @@ class AmpConfig:
             max_loss_scaling=self.max_loss_scaling,
             max_consecutive_skips=self.max_consecutive_skips,
         )
+        for name in ("init_loss_scaling", "incr_ratio", "decr_ratio", "min_loss_scaling", "max_loss_scaling"):
+            put(self, name, float(getattr(self, name)))  # numpy scalars become plain floats
+        for name in ("incr_every_n_steps", "decr_every_n_nan_or_inf", "max_consecutive_skips"):
+            if getattr(self, name) is not None:
+                put(self, name, int(getattr(self, name)))
 
     # ------------------------------------------------------------------ conversions
     def to_dict(self) -> dict[str, Any]:
@@ -211,19 +225,7 @@ class AmpConfig:
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"Config file {str(path)!r}: {exc}") from exc
 
-    # ------------------------------------------------------------------ factories
-    def auto_cast(self, **overrides: Any) -> Any:
-        """``paddle_amp_ext.auto_cast(config=self)``."""
-        from .autocast import auto_cast
-
-        return auto_cast(config=self, **overrides)
-
-    def scaler(self, **overrides: Any) -> Any:
-        """``paddle_amp_ext.GradScaler(config=self)``."""
-        from .scaler import GradScaler
-
-        return GradScaler(config=self, **overrides)
-
+    # ------------------------------------------------------------------ derived values
     def replace(self, **changes: Any) -> AmpConfig:
         """A copy with ``changes`` applied (validated)."""
         return dataclasses.replace(self, **changes)
@@ -251,6 +253,12 @@ def validate_scaling(
     if low > high:
         raise ValueError(
             f"min_loss_scaling ({low!r}) must not exceed max_loss_scaling ({high!r})."
+        )
+    if not low <= init <= high:
+        side, bound, name = ("below", low, "min_loss_scaling") if init < low else ("above", high, "max_loss_scaling")
+        raise ValueError(
+            f"init_loss_scaling={init_loss_scaling!r} is {side} {name}={bound!r}: the scale must lie within its "
+            f"bounds. Change init_loss_scaling or {name}."
         )
     if _number("incr_ratio", incr_ratio) <= 1.0:
         raise ValueError(f"incr_ratio must be > 1.0. Received: incr_ratio={incr_ratio!r}")

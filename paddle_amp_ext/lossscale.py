@@ -16,7 +16,12 @@ from typing import Any, Dict, Mapping
 
 import numpy as np
 
+from .config import FLOAT32_MAX, HYSTERESIS, validate_scaling
+
 STATE_VERSION = 1
+#: The keys Paddle's own ``GradScaler.state_dict()`` has; ours adds bounds, hysteresis, counters.
+PADDLE_KEYS = ("scale", "incr_ratio", "decr_ratio", "incr_every_n_steps", "decr_every_n_nan_or_inf",
+               "incr_count", "decr_count", "use_dynamic_loss_scaling")
 
 
 @dataclass
@@ -35,7 +40,7 @@ class DynamicLossScale:
     incr_every_n_steps: int = 2000
     decr_every_n_nan_or_inf: int = 1
     min_scale: float = 1.0
-    max_scale: float = 2.0**24
+    max_scale: float = FLOAT32_MAX
     hysteresis: str = "consecutive"
     dynamic: bool = True
     incr_count: int = 0
@@ -47,15 +52,19 @@ class DynamicLossScale:
     def __post_init__(self) -> None:
         self.scale = float(self.init)
 
-    def update(self, found_inf: bool) -> float:
-        """Account for one iteration; return the scale for the next one."""
+    def update(self, found_inf: bool, adjust: bool = True) -> float:
+        """Account for one iteration; return the scale for the next one.
+
+        ``adjust=False`` counts the iteration and the skip without touching the scale (loss
+        scaling is off, but a non-finite step was still skipped).
+        """
         self.steps += 1
         if found_inf:
             self.skipped_steps += 1
             self.consecutive_skips += 1
         else:
             self.consecutive_skips = 0
-        if not self.dynamic:
+        if not (self.dynamic and adjust):
             return self.scale
         if found_inf:
             self.incr_count = 0
@@ -95,23 +104,6 @@ class DynamicLossScale:
             "steps": self.steps,
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Load our keys, or the subset Paddle's own ``GradScaler.state_dict()`` has."""
-        self.scale = float(state["scale"])
-        self.incr_ratio = float(state["incr_ratio"])
-        self.decr_ratio = float(state["decr_ratio"])
-        self.incr_every_n_steps = int(state["incr_every_n_steps"])
-        self.decr_every_n_nan_or_inf = int(state["decr_every_n_nan_or_inf"])
-        self.incr_count = int(state["incr_count"])
-        self.decr_count = int(state["decr_count"])
-        self.dynamic = bool(state["use_dynamic_loss_scaling"])
-        self.min_scale = float(state.get("min_loss_scaling", self.min_scale))
-        self.max_scale = float(state.get("max_loss_scaling", self.max_scale))
-        self.hysteresis = str(state.get("hysteresis", self.hysteresis))
-        self.skipped_steps = int(state.get("skipped_steps", self.skipped_steps))
-        self.consecutive_skips = int(state.get("consecutive_skips", self.consecutive_skips))
-        self.steps = int(state.get("steps", self.steps))
-
     def export_state(self) -> Dict[str, Any]:
         """Versioned state with Paddle's keys (``scale`` as a float32 array of shape [1])."""
         state = self.state_dict()
@@ -122,17 +114,71 @@ class DynamicLossScale:
     def import_state(self, state: Mapping[str, Any]) -> None:
         """Load :meth:`export_state` output, or ``paddle.amp.GradScaler.state_dict()``.
 
+        Every value is checked before anything changes, with the rules the constructor applies.
+
         Raises:
+            TypeError: not a mapping, or a value of the wrong type (naming the key).
             RuntimeError: an empty dict (saved from a disabled Paddle scaler).
-            ValueError: a state dict from a newer paddle-amp-ext.
+            ValueError: a missing key, an out-of-range value (naming key, value and fix), or a
+                state dict from a newer paddle-amp-ext.
         """
+        if not isinstance(state, Mapping):
+            raise TypeError("load_state_dict expects the dict from GradScaler.state_dict(). "
+                            f"Received: {state!r} (of type {type(state).__name__})")
         if not state:
             raise RuntimeError("The scaler state dict is empty: it was saved from a disabled "
-                               "GradScaler, so there is no loss scale to resume.")
-        version = int(state.get("version", 0))
+                               "paddle.amp.GradScaler, so there is no loss scale to resume.")
+        version = state.get("version", 0)
+        if isinstance(version, bool) or not isinstance(version, (int, np.integer)):
+            raise TypeError(f"Scaler state dict key 'version' must be an int. Received: {version!r}")
         if version > STATE_VERSION:
             raise ValueError(f"Scaler state dict version {version} is newer than this "
                              f"paddle-amp-ext supports ({STATE_VERSION}): upgrade paddle-amp-ext.")
-        loaded = dict(state)
-        loaded["scale"] = float(np.asarray(loaded["scale"], dtype=np.float64).reshape(-1)[0])
-        self.load_state_dict(loaded)
+        missing = [key for key in PADDLE_KEYS if key not in state]
+        if missing:
+            raise ValueError(f"Scaler state dict is missing {missing}: pass the dict from "
+                             f"GradScaler.state_dict(). Received keys: {sorted(map(str, state))}")
+        loaded = _checked_state(state, self)
+        for name, value in loaded.items():
+            setattr(self, name, value)
+
+
+def _checked_state(state: Mapping[str, Any], current: DynamicLossScale) -> Dict[str, Any]:
+    """The policy fields from a state dict, each checked; raises naming the key."""
+    def fail(key: str, error: Exception) -> Exception:
+        return type(error)(f"Scaler state dict key {key!r}: {error}")
+
+    try:
+        scale = np.asarray(state["scale"], dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"Scaler state dict key 'scale' must be a number or a 1-element array. "
+                        f"Received: {state['scale']!r}") from exc
+    if scale.size != 1:
+        raise ValueError(f"Scaler state dict key 'scale' must hold one value. Received: {state['scale']!r}")
+    dynamic = state["use_dynamic_loss_scaling"]
+    if not isinstance(dynamic, (bool, np.bool_)):
+        raise TypeError("Scaler state dict key 'use_dynamic_loss_scaling' must be True or False. "
+                        f"Received: {dynamic!r} (of type {type(dynamic).__name__})")
+    hysteresis = state.get("hysteresis", current.hysteresis)
+    if hysteresis not in HYSTERESIS:
+        raise ValueError(f"Scaler state dict key 'hysteresis' must be one of {HYSTERESIS}. Received: {hysteresis!r}")
+    values = dict(init_loss_scaling=float(scale[0]), incr_ratio=state["incr_ratio"], decr_ratio=state["decr_ratio"],
+                  incr_every_n_steps=state["incr_every_n_steps"],
+                  decr_every_n_nan_or_inf=state["decr_every_n_nan_or_inf"],
+                  min_loss_scaling=state.get("min_loss_scaling", current.min_scale),
+                  max_loss_scaling=state.get("max_loss_scaling", current.max_scale))
+    try:
+        validate_scaling(**values)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"Scaler state dict: {exc}") from None
+    counters = {}
+    for key in ("incr_count", "decr_count", "skipped_steps", "consecutive_skips", "steps"):
+        value = state.get(key, getattr(current, key))
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise fail(key, ValueError(f"must be an int >= 0. Received: {value!r}"))
+        counters[key] = int(value)
+    return dict(scale=values["init_loss_scaling"], incr_ratio=float(values["incr_ratio"]),
+                decr_ratio=float(values["decr_ratio"]), incr_every_n_steps=int(values["incr_every_n_steps"]),
+                decr_every_n_nan_or_inf=int(values["decr_every_n_nan_or_inf"]),
+                min_scale=float(values["min_loss_scaling"]), max_scale=float(values["max_loss_scaling"]),
+                hysteresis=str(hysteresis), dynamic=bool(dynamic), **counters)

@@ -27,8 +27,8 @@ import paddle
 
 from . import _compat, _state
 from ._log import info_once, logger, warn_once
-from .clip import clip_grads_, resolve_clip
-from .config import AmpConfig, validate_scaling
+from .clip import clip_grads_, global_norm, resolve_clip
+from .config import FLOAT32_MAX, AmpConfig, validate_scaling
 from .device import current_decision
 from .distributed import all_reduce_max, host_bool
 from .errors import AmpOverflowError
@@ -37,19 +37,55 @@ from .lossscale import DynamicLossScale
 
 _SCALER_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_ratio=2.0, decr_ratio=0.5, incr_every_n_steps=2000,
                        decr_every_n_nan_or_inf=1, use_dynamic_loss_scaling=True, min_loss_scaling=1.0,
-                       max_loss_scaling=2.0**24, hysteresis="consecutive", max_consecutive_skips=None,
+                       max_loss_scaling=FLOAT32_MAX, hysteresis="consecutive", max_consecutive_skips=None,
                        on_collapse="warn")
 
 
+def _parameters_of(optimizer: Any, parameters: Any) -> List[paddle.Tensor]:
+    if parameters is None:
+        return _compat.optimizer_parameters(optimizer)
+    if isinstance(parameters, paddle.nn.Layer):
+        raise TypeError("step(parameters=...) takes the parameters, not the model: pass "
+                        f"parameters=model.parameters(). Received: a {type(parameters).__name__} layer")
+    params = list(parameters)
+    bad = [p for p in params if not isinstance(p, paddle.Tensor)]
+    if bad:
+        raise TypeError(f"step(parameters=...) must be an iterable of parameters. Received an item {bad[0]!r}")
+    return params
+
+
+def _covers_every_grad(params: List[paddle.Tensor], clip: Any) -> bool:
+    """Whether a clip's global norm saw every gradient (no ``need_clip=False`` parameter)."""
+    return clip is not None and all(getattr(p, "need_clip", True) is not False for p in params)
+
+
 class GradScaler(paddle.amp.GradScaler):
-    """Drop-in ``paddle.amp.GradScaler`` (same arguments and defaults) with more keywords.
+    """Drop-in ``paddle.amp.GradScaler`` (Paddle's arguments and defaults) with more keywords.
+
+    Where it differs from Paddle's scaler on purpose (README: "Where it differs from
+    paddle.amp, and why"): the scale is bounded to ``[min_loss_scaling, max_loss_scaling]``
+    (Paddle's is unbounded: it can fall to 1e-30 or grow to inf and stay there); ``state_dict()``
+    is never empty and ``load_state_dict`` also loads while loss scaling is off (Paddle's returns
+    ``{}`` and ignores the load then), so a CPU run's checkpoint resumes on a GPU; ``step()``
+    returns a :class:`StepResult`; ``update()`` logs instead of printing. Paddle's attributes
+    that programs read keep Paddle's meaning: ``_enable``, ``_scale``, ``_found_inf``,
+    ``_cache_found_inf``/``_cache_founf_inf`` (set after every ``step``/``minimize``),
+    ``get_init_loss_scaling()`` and ``is_use_dynamic_loss_scaling()`` (False and 1.0 while
+    loss scaling is off, as Paddle's).
 
     Args:
         enable: True, False, or ``"auto"`` (on exactly when the gate picks float16).
         init_loss_scaling, incr_ratio, decr_ratio, incr_every_n_steps,
         decr_every_n_nan_or_inf, use_dynamic_loss_scaling: as in Paddle.
-        min_loss_scaling: the scale never drops below this (default 1.0).
-        max_loss_scaling: the scale never grows above this (default 2**24).
+        min_loss_scaling: the scale never drops below this (default 1.0: below 1 a scale only
+            flushes more fp16 gradients to zero; Paddle has no bound).
+        max_loss_scaling: the scale never grows above this (default: the largest float32,
+            Paddle's range).
+        skip_nonfinite: also when loss scaling is off (bfloat16, float32, a CPU, ``enable=False``),
+            do not step the optimizer on inf/nan gradients, and count, report and limit such
+            steps like overflow skips (default True). Costs one fused norm per gradient (shared
+            with ``grad_clip``) and one device-to-host read per step, the read loss scaling
+            makes anyway.
         hysteresis: ``"consecutive"`` (Paddle's) or ``"cumulative"``; see :mod:`lossscale`.
         max_consecutive_skips: after this many skipped iterations in a row, ``on_collapse``.
         on_collapse: ``"warn"`` (log once per collapse) or ``"raise"`` (``AmpOverflowError``).
@@ -72,13 +108,14 @@ class GradScaler(paddle.amp.GradScaler):
         use_dynamic_loss_scaling: bool = True,
         *,
         min_loss_scaling: float = 1.0,
-        max_loss_scaling: float = 2.0**24,
+        max_loss_scaling: float = FLOAT32_MAX,
         hysteresis: str = "consecutive",
         max_consecutive_skips: Optional[int] = None,
         on_collapse: str = "warn",
         hooks: Iterable[Any] = (),
         config: Optional[AmpConfig] = None,
         sync_found_inf: bool = True,
+        skip_nonfinite: bool = True,
     ) -> None:
         given = dict(init_loss_scaling=init_loss_scaling, incr_ratio=incr_ratio, decr_ratio=decr_ratio,
                      incr_every_n_steps=incr_every_n_steps, decr_every_n_nan_or_inf=decr_every_n_nan_or_inf,
@@ -114,7 +151,14 @@ class GradScaler(paddle.amp.GradScaler):
         self._max_consecutive_skips = config.max_consecutive_skips
         self._on_collapse = config.on_collapse
         self._sync_found_inf = sync_found_inf
+        if not isinstance(skip_nonfinite, bool):
+            raise TypeError(f"skip_nonfinite must be True or False. Received: skip_nonfinite={skip_nonfinite!r}")
+        self._skip_nonfinite = skip_nonfinite
         self._hooks: List[Any] = []
+        if hooks is None:
+            hooks = ()
+        if isinstance(hooks, (str, bytes)) or not hasattr(hooks, "__iter__"):
+            raise TypeError(f"hooks must be a list of hooks, e.g. [VisualDLHook('runs/x')]. Received: hooks={hooks!r}")
         for hook in hooks:
             self.add_hook(hook)
         self._requested = self._resolve_request(enable)
@@ -127,6 +171,7 @@ class GradScaler(paddle.amp.GradScaler):
         _compat.init_scaler_state(self, self._policy.scale)
         self._dtype_disabled = False
         self._found_by_opt: dict = {}
+        self._plain_stepped: set = set()  # optimizers stepped since update() while loss scaling is off
         self._found_since_update = False
         self._stepped_since_update = False
         self._last_skipped = False
@@ -221,10 +266,7 @@ class GradScaler(paddle.amp.GradScaler):
             )
         if stage == "INIT":
             self.unscale_(optimizer)
-        skipped = host_bool(self._found_by_opt.pop(id(optimizer)))
-        self._found_since_update = self._found_since_update or skipped
-        self._last_skipped = self._found_since_update
-        return skipped
+        return host_bool(self._found_by_opt.pop(id(optimizer)))
 
     def step(  # type: ignore[override]  # returns a StepResult where Paddle returns None
         self, optimizer: Any, parameters: Optional[Iterable[paddle.Tensor]] = None, grad_clip: Any = None
@@ -247,23 +289,53 @@ class GradScaler(paddle.amp.GradScaler):
         if self._static:
             return super().step(optimizer)
         clip = resolve_clip(grad_clip)
-        scale_used = self._policy.scale if self.is_enable() else 1.0
-        skipped = self._skip(optimizer) if self.is_enable() else False
+        params = _parameters_of(optimizer, parameters)
+        enabled = self.is_enable()
+        scale_used = self._policy.scale if enabled else 1.0
+        skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
         if not skipped:
             if clip is not None:
-                params = list(parameters) if parameters is not None else _compat.optimizer_parameters(optimizer)
                 norm = clip_grads_(params, clip)
-            optimizer.step()
-            self._last_lr = float(optimizer.get_lr())
-        if self.is_enable():
+            if not enabled and self._skip_nonfinite:
+                skipped = self._nonfinite(params, norm, clip)
+            if not skipped:
+                optimizer.step()
+                self._last_lr = float(optimizer.get_lr())
+        if enabled:
             _compat.mark_stepped(self, optimizer)
             if not self._policy.dynamic:
                 _compat.reset_optimizer_stages(self)
-        self._stepped_since_update = True
-        _compat.set_found_flags(self, skipped=skipped)
+        self._close_step(skipped)
         self._last_result = StepResult(skipped=skipped, loss_scale=scale_used, grad_norm=norm)
         return self._last_result
+
+    def _enter_plain_step(self, optimizer: Any) -> bool:
+        """The misuse check Paddle's stage machine makes, kept while loss scaling is off."""
+        if id(optimizer) in self._plain_stepped:
+            raise RuntimeError(
+                "step() has already been called on this optimizer since the last update(): "
+                "call scaler.update() once per iteration, after every optimizer's step()."
+            )
+        self._plain_stepped.add(id(optimizer))
+        return False
+
+    def _nonfinite(self, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any) -> bool:
+        """Whether any gradient is inf/nan: one fused norm per gradient, one host read.
+
+        Reuses the clip's global norm when it covered every gradient.
+        """
+        if norm is None or not _covers_every_grad(params, clip):
+            norm = global_norm(list(_compat.iter_grads(params)))
+        if norm is None:
+            return False
+        return not host_bool(paddle.isfinite(norm))
+
+    def _close_step(self, skipped: bool) -> None:
+        self._found_since_update = self._found_since_update or skipped
+        self._last_skipped = self._found_since_update
+        self._stepped_since_update = True
+        _compat.set_found_flags(self, skipped=skipped)
 
     def minimize(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         """``optimizer.minimize(*args)`` unless inf/nan was found, then ``update()``.
@@ -274,10 +346,11 @@ class GradScaler(paddle.amp.GradScaler):
         if self._static:
             return super().minimize(optimizer, *args, **kwargs)
         enabled = self.is_enable()
-        skipped = self._skip(optimizer) if enabled else False
+        skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
+        if not enabled and self._skip_nonfinite:
+            skipped = self._nonfinite(_compat.optimizer_parameters(optimizer), None, None)
         out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)
-        self._stepped_since_update = True
-        _compat.set_found_flags(self, skipped=skipped)
+        self._close_step(skipped)
         self._last_result = StepResult(skipped, self._policy.scale if enabled else 1.0)
         self.update()
         return out
@@ -292,13 +365,11 @@ class GradScaler(paddle.amp.GradScaler):
         found = self._found_since_update
         result = self._last_result or StepResult(False, 1.0)  # set by every step()/minimize()
         before = after = self._policy.scale
-        if self.is_enable():
-            after = self._policy.update(found)
-        else:
-            self._policy.steps += 1  # the iteration still counts for hooks and resumes
+        after = self._policy.update(found, adjust=self.is_enable())  # off: counts only
         if after != before:
             _compat.set_scaler_scale(self, after)
         _compat.reset_optimizer_stages(self)
+        self._plain_stepped.clear()
         event = StepEvent(self._policy.steps - 1, self._loss_sum, result, self._last_lr,
                           after if self.is_enable() else 1.0)
         self._found_since_update = self._stepped_since_update = False
@@ -312,8 +383,12 @@ class GradScaler(paddle.amp.GradScaler):
                 hook(event)
 
     def _report_overflow(self, event: StepEvent, before: float, after: float) -> None:
-        logger.info("Found inf/nan in gradients at step %d: optimizer step skipped; loss scale "
-                    "%g -> %g", event.step, before, after)
+        if self.is_enable():
+            logger.info("Found inf/nan in gradients at step %d: optimizer step skipped; loss scale "
+                        "%g -> %g", event.step, before, after)
+        else:
+            logger.warning("Found inf/nan in gradients at step %d: optimizer step skipped (loss scaling is "
+                           "off; the weights keep their last finite values).", event.step)
         for hook in self._hooks:
             call_optional(hook, "on_overflow", event)
         if self._policy.at_minimum:
@@ -321,9 +396,10 @@ class GradScaler(paddle.amp.GradScaler):
                       "are still inf/nan.", self._policy.min_scale)
         limit = self._max_consecutive_skips
         if limit is not None and self._policy.consecutive_skips >= limit:
+            scale_note = f"loss scale now {after:g}" if self.is_enable() else "loss scaling off"
             message = (
                 f"{self._policy.consecutive_skips} consecutive steps had inf/nan gradients "
-                f"(loss scale now {after:g}): the model produces inf/nan whatever the scale. "
+                f"({scale_note}): the model produces inf/nan whatever the scale. "
                 "Run paddle_amp_ext.find_overflow(model, ...) (or `python -m "
                 "paddle_amp_ext.doctor`) to find the layer, then black-list its op, keep it in "
                 "float32, or switch to bfloat16."
@@ -382,8 +458,9 @@ class GradScaler(paddle.amp.GradScaler):
         return tuple(self._hooks)
 
     def set_init_loss_scaling(self, new_init_loss_scaling: float) -> None:
-        validate_scaling(init_loss_scaling=new_init_loss_scaling, incr_ratio=2.0, decr_ratio=0.5,
-                         incr_every_n_steps=1, decr_every_n_nan_or_inf=1,
+        validate_scaling(init_loss_scaling=new_init_loss_scaling, incr_ratio=self._policy.incr_ratio,
+                         decr_ratio=self._policy.decr_ratio, incr_every_n_steps=self._policy.incr_every_n_steps,
+                         decr_every_n_nan_or_inf=self._policy.decr_every_n_nan_or_inf,
                          min_loss_scaling=self._policy.min_scale, max_loss_scaling=self._policy.max_scale)
         self._policy.scale = self._init_scale = float(new_init_loss_scaling)
         _compat.set_scaler_scale(self, self._policy.scale)

@@ -103,13 +103,13 @@ def test_bad_files_name_the_file(tmp_path):
 
 def test_config_drives_auto_cast_and_scaler():
     cfg = AmpConfig(init_loss_scaling=2.0**10, incr_every_n_steps=5, custom_black_list=["matmul"])
-    scaler = cfg.scaler()
+    scaler = amp.GradScaler(config=cfg)
     assert isinstance(scaler, amp.GradScaler)
     assert scaler.get_incr_every_n_steps() == 5
     assert scaler.state_dict()["scale"][0] == 1024.0
     from paddle_amp_ext import _compat
 
-    with cfg.auto_cast():
+    with amp.auto_cast(config=cfg):
         white, black = _compat.tracer_op_lists()
     assert {"matmul", "matmul_v2"} <= black
     assert "matmul_v2" not in white
