@@ -18,6 +18,8 @@ from __future__ import annotations
 import atexit
 import os
 import struct
+import sys
+import tempfile
 import time
 import weakref
 from typing import Any, List, Optional, Tuple
@@ -25,7 +27,7 @@ from typing import Any, List, Optional, Tuple
 import paddle
 
 from . import _compat
-from ._log import logger
+from ._log import logger, warn_once
 from .events import StepEvent
 from .scaler import GradScaler
 
@@ -33,13 +35,36 @@ TAGS = ("train/loss", "amp/loss_scale", "amp/skipped", "amp/grad_norm", "train/l
 
 
 def _visualdl() -> Tuple[Any, Any]:
+    """VisualDL's Record message and meta_data helper.
+
+    VisualDL creates ``~/.visualdl/conf`` when it is imported and fails where ``$HOME`` is not
+    writable (a read-only container, a service account): then it is imported once more with
+    ``HOME`` pointing at a private temporary directory, which only that config file uses.
+    """
     try:
-        from visualdl.component.base_component import meta_data
-        from visualdl.proto.record_pb2 import Record
+        return _import_visualdl()
     except ImportError as exc:
-        raise ImportError(
-            "VisualDL hooks need VisualDL: pip install 'paddle-amp-ext[visualdl]'"
-        ) from exc
+        raise ImportError("VisualDL hooks need VisualDL: pip install 'paddle-amp-ext[visualdl]'") from exc
+    except OSError as exc:
+        for name in [m for m in sys.modules if m == "visualdl" or m.startswith("visualdl.")]:
+            del sys.modules[name]
+        home = os.environ.get("HOME")
+        os.environ["HOME"] = tempfile.mkdtemp(prefix="paddle-amp-ext-visualdl-home-")
+        logger.info("VisualDL could not write its config under $HOME (%s); using %s for it.", exc,
+                    os.environ["HOME"])
+        try:
+            return _import_visualdl()
+        finally:
+            if home is None:
+                del os.environ["HOME"]
+            else:
+                os.environ["HOME"] = home
+
+
+def _import_visualdl() -> Tuple[Any, Any]:
+    from visualdl.component.base_component import meta_data
+    from visualdl.proto.record_pb2 import Record
+
     return Record, meta_data
 
 
@@ -95,8 +120,10 @@ class _RecordFile:
     """A VisualDL record file: each record is a little-endian uint64 length and a ``Record``.
 
     VisualDL's own ``LogWriter`` queues every scalar to a thread that opens and closes the file
-    per record (~72 us a scalar); here a whole batch is one ``write`` and one ``flush``, so what
-    was flushed survives ``kill -9``.
+    per record (~72 us a scalar); here a whole batch is one unbuffered ``write``, so what was
+    written survives ``kill -9``. A batch is written whole or not at all: after a failed write
+    (a full disk, a file-size limit) the file is cut back to its last whole record, because
+    VisualDL's reader rejects a file that ends in a partial one, earlier steps included.
     """
 
     def __init__(self, logdir: str, suffix: str, meta_data: Any) -> None:
@@ -106,15 +133,27 @@ class _RecordFile:
         if os.path.exists(path):  # two writers in one second and directory: keep them apart
             path = os.path.join(logdir, f"{stamp}{suffix}.{os.getpid()}.{id(self)}")
         self.path = path
-        self._file = open(path, "ab")
-        self.write_records([meta_data(walltime=round(time.time() * 1000))])
-
-    def write_records(self, records: List[Any]) -> None:
-        self.write_bytes(b"".join(struct.pack("<Q", len(d)) + d for d in (r.SerializeToString() for r in records)))
+        self._file = open(path, "ab", buffering=0)
+        self._good = self._file.tell()
+        meta = meta_data(walltime=round(time.time() * 1000)).SerializeToString()
+        self.write_bytes(struct.pack("<Q", len(meta)) + meta)
 
     def write_bytes(self, data: bytes) -> None:
-        self._file.write(data)
-        self._file.flush()
+        """Append ``data`` whole, or raise OSError with the file as it was before."""
+        view = memoryview(data)
+        try:
+            while view:
+                written = self._file.write(view)
+                if not written:
+                    raise OSError("the write made no progress")
+                view = view[written:]
+        except OSError:
+            try:
+                os.ftruncate(self._file.fileno(), self._good)
+            except OSError as cut:  # pragma: no cover - a file that cannot even be cut back
+                logger.warning("VisualDL hook could not cut %s back to its last whole record: %r", self.path, cut)
+            raise
+        self._good += len(data)
 
     def close(self) -> None:
         self._file.close()
@@ -129,11 +168,17 @@ class _BatchedWriter:
         _, meta_data = _visualdl()
         self.logdir = logdir
         self.flush_every = flush_every
-        self._file = _RecordFile(logdir, filename_suffix, meta_data)
+        try:
+            self._file = _RecordFile(logdir, filename_suffix, meta_data)
+        except OSError as exc:
+            raise OSError(exc.errno, f"VisualDL hook cannot write to logdir {logdir!r}: {exc.strerror or exc}. "
+                          "Pass a writable directory.") from exc
         self._encoder = _ScalarEncoder()
         self._rows: List[Tuple[str, Any]] = []  # (tag, host float or device tensor)
         self._steps_meta: List[Tuple[int, int, int]] = []  # (step, walltime ms, number of rows)
         self._steps = 0
+        self._backlog: List[bytes] = []  # encoded steps a failed write left, oldest first
+        self.dropped = 0  # steps given up on (backlog over its bound, or unwritten at close)
         self.closed = False
         atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -148,10 +193,36 @@ class _BatchedWriter:
         if self._steps >= self.flush_every:
             self.flush()
 
+    #: encoded steps kept for a retry after a failed write (about 150 bytes a step): 10,000 steps
+    MAX_BACKLOG = 10_000
+
     def flush(self) -> None:
-        """Fetch buffered device values in one transfer and write them in one batch."""
-        if self.closed or not self._rows:
+        """Fetch buffered device values in one transfer and write them in one batch.
+
+        A write error (full disk, file-size limit) never reaches the training loop: it is logged
+        once, the encoded steps are kept (at most :attr:`MAX_BACKLOG`, oldest dropped first) and
+        written at the next flush; what could not be written is reported at close.
+        """
+        if self.closed:
             return
+        if self._rows:
+            self._backlog.extend(self._encode())
+        if not self._backlog:
+            return
+        if len(self._backlog) > self.MAX_BACKLOG:
+            excess = len(self._backlog) - self.MAX_BACKLOG
+            self.dropped += excess
+            del self._backlog[:excess]
+        try:
+            self._file.write_bytes(b"".join(self._backlog))
+        except OSError as exc:
+            warn_once(f"visualdl:write:{self.path}", "VisualDL hook could not write to %s (%s): training goes on; "
+                      "up to %d steps are kept and written once the disk has room.", self.path, exc, self.MAX_BACKLOG)
+            return
+        self._backlog = []
+
+    def _encode(self) -> List[bytes]:
+        """The buffered steps as encoded records, one bytes object a step (one device read)."""
         groups: dict = {}  # one stack (and one host read) per (shape, dtype), usually one in all
         for i, (_, value) in enumerate(self._rows):
             if isinstance(value, paddle.Tensor):
@@ -165,8 +236,8 @@ class _BatchedWriter:
             values = [(tag, fetched.get(j, value)) for j, (tag, value) in enumerate(self._rows[i:i + count], i)]
             chunks.append(self._encoder.step(step, wall, values))
             i += count
-        self._file.write_bytes(b"".join(chunks))
         self._rows, self._steps_meta, self._steps = [], [], 0
+        return chunks
 
     def close(self) -> None:
         if self.closed:
@@ -174,6 +245,11 @@ class _BatchedWriter:
         self.flush()
         self._file.close()
         self.closed = True
+        self.dropped += len(self._backlog)
+        self._backlog = []
+        if self.dropped:
+            logger.warning("VisualDL hook: %d steps could not be written to %s (the disk was full or the file "
+                           "size limited); every record in the file is whole.", self.dropped, self.path)
 
 
 def _close_at_exit(ref: weakref.ref[_BatchedWriter]) -> None:
@@ -185,7 +261,21 @@ def _close_at_exit(ref: weakref.ref[_BatchedWriter]) -> None:
             logger.warning("VisualDL hook could not flush at exit: %r", exc)
 
 
-def _log_dir(logdir: str, all_ranks: bool) -> Optional[str]:
+def _checked_logdir(logdir: Any) -> str:
+    """``logdir`` as a path, or a TypeError/ValueError naming it."""
+    if not isinstance(logdir, (str, os.PathLike)):
+        raise TypeError(f"logdir must be a directory path such as 'runs/exp1'. Received: logdir={logdir!r} "
+                        f"(of type {type(logdir).__name__})")
+    path = os.fspath(logdir)
+    if not str(path).strip():
+        raise ValueError("logdir must be a directory path such as 'runs/exp1'. Received: logdir='' (empty)")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"logdir {path!r} is a file, not a directory: pass a directory path.")
+    return str(path)
+
+
+def _log_dir(logdir: Any, all_ranks: bool) -> Optional[str]:
+    logdir = _checked_logdir(logdir)
     rank, world = _rank()
     if world > 1 and all_ranks:
         return os.path.join(logdir, f"rank{rank}")
@@ -210,9 +300,10 @@ class VisualDLHook:
 
     def __init__(self, logdir: str = "runs", *, flush_every: int = 50, all_ranks: bool = False,
                  filename_suffix: str = "") -> None:
-        target = _log_dir(str(logdir), all_ranks)
+        target = _log_dir(logdir, all_ranks)
         self._out = _BatchedWriter(target, flush_every, filename_suffix) if target else None
         self.logdir = target
+        self._closed = False
 
     @property
     def active(self) -> bool:
@@ -220,6 +311,11 @@ class VisualDLHook:
         return self._out is not None and not self._out.closed
 
     def on_step(self, event: StepEvent) -> None:
+        if self._closed:
+            warn_once(f"visualdl:closed:{id(self)}", "VisualDLHook(%r).on_step after close(): step %d and later "
+                      "steps are not logged. Remove the hook from the scaler or create a new one.",
+                      self.logdir, event.step)
+            return
         if not self.active:
             return
         result = event.result
@@ -239,8 +335,14 @@ class VisualDLHook:
             self._out.flush()
 
     def close(self) -> None:
+        self._closed = True
         if self._out is not None:
             self._out.close()
+
+    @property
+    def dropped_steps(self) -> int:
+        """Steps that could not be written (full disk or file-size limit), 0 normally."""
+        return self._out.dropped if self._out is not None else 0
 
     def __enter__(self) -> VisualDLHook:
         return self
@@ -263,7 +365,7 @@ class VisualDLCallback(paddle.callbacks.Callback):
 
     def __init__(self, logdir: str = "runs", *, flush_every: int = 50, all_ranks: bool = False) -> None:
         super().__init__()
-        target = _log_dir(str(logdir), all_ranks)
+        target = _log_dir(logdir, all_ranks)
         self._out = _BatchedWriter(target, flush_every, "") if target else None
         self.logdir = target
         self._step = 0
