@@ -11,7 +11,7 @@ import paddle
 from _timing import interleaved, paired_ratio, report
 
 import paddle_amp_ext as amp
-from paddle_amp_ext.rounding import cast_is_exact
+from paddle_amp_ext.rehearsal.rounding import cast_is_exact
 
 
 def main() -> bool:

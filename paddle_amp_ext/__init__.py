@@ -28,13 +28,12 @@ from . import debugging
 from .autocast import auto_cast, decorate, is_bfloat16_supported, is_float16_supported
 from .config import AmpConfig
 from .device import probe
-from .doctor import OverflowWatch, find_overflow
-from .emulation import fp16_emulation
 from .errors import AmpOverflowError, AmpUnsupportedError
 from .events import StepEvent, StepResult
 from .gate import AmpDecision, DeviceInfo, decide
 from .keep import keep_fp32
 from .legacy import AmpScaler, amp_decorate, amp_guard
+from .rehearsal import OverflowWatch, find_overflow, fp16_emulation
 from .scaler import GradScaler
 
 _LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}

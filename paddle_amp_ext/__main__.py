@@ -2,6 +2,6 @@
 
 import sys
 
-from .check import main
+from .cli.check import main
 
 sys.exit(main())

@@ -74,6 +74,13 @@ def is_kept_fp32(layer: paddle.nn.Layer) -> bool:
     return _BASE in type(layer).__dict__
 
 
+def release_fp32(layer: paddle.nn.Layer) -> paddle.nn.Layer:
+    """Undo :func:`keep_fp32` on ``layer`` itself (its class becomes the original); returns it."""
+    if is_kept_fp32(layer):
+        layer.__class__ = type(layer).__dict__[_BASE]
+    return layer
+
+
 def select_layers(model: paddle.nn.Layer, names: Iterable[Any]) -> list[paddle.nn.Layer]:
     """Sublayers of ``model`` whose qualified name or class name is in ``names``.
 

@@ -8,7 +8,7 @@ import pytest
 from helpers import make_data, make_mlp, params_of
 
 import paddle_amp_ext as amp
-from paddle_amp_ext.emulation import quantize
+from paddle_amp_ext.rehearsal import quantize
 
 
 def underflow_fraction(scale: float) -> float:
@@ -117,7 +117,7 @@ def test_scaler_is_on_only_inside_fp16_emulation():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_exact_rounding_path_rounds_values_and_gradients(dtype):
     """The arithmetic path (used where Paddle's cast truncates, e.g. 2.6 on CPU) is exact too."""
-    from paddle_amp_ext import rounding
+    from paddle_amp_ext.rehearsal import rounding
 
     rng = np.random.default_rng(1)
     values = (rng.standard_normal(5000) * 10.0 ** rng.integers(-12, 6, 5000)).astype(np.float32)

@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 import paddle_amp_ext as amp
-from paddle_amp_ext.emulation import quantize
+from paddle_amp_ext.rehearsal import quantize
 
 
 def two_layer_model():
@@ -67,8 +67,9 @@ def test_config_fp32_layers_apply_through_emulation_and_decorate(caplog_amp):
     cfg = amp.AmpConfig(fp32_layers=["head"], level="O2")
     model = two_layer_model()
     with amp.fp16_emulation(model, config=cfg) as emulated:
-        pass
-    assert "head" not in emulated and amp.keep.is_kept_fp32(model.head)
+        assert amp.keep.is_kept_fp32(model.head)
+    assert "head" not in emulated
+    assert not amp.keep.is_kept_fp32(model.head), "the rehearsal's fp32 layers are released at exit"
     other = two_layer_model()
     assert amp.decorate(other, config=cfg) is other  # CPU: the gate keeps float32
     assert amp.keep.is_kept_fp32(other.head)

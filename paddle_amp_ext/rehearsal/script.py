@@ -8,6 +8,7 @@ so this is a diagnostic run, not a training run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
 
 import numpy as np
@@ -16,7 +17,10 @@ import paddle
 from .doctor import LIMITS, Finding, OverflowReport
 
 
-class _OverflowFoundError(Exception):
+class _OverflowFoundError(BaseException):
+    """The doctor's stop signal. A BaseException, like KeyboardInterrupt, so that a script's own
+    ``except Exception`` around its training step cannot swallow it."""
+
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.layer)
         self.finding = finding
@@ -75,22 +79,65 @@ class _ScriptWatch:
             self.pending = self._check(layer, "backward", grad, self.loss_scale)
 
 
-def run_script(path: str, argv: List[str], dtype: str = "float16", loss_scale: float = 1.0) -> OverflowReport:
-    """Run a training script with every leaf layer call checked; stop at the first overflow."""
+@dataclass(frozen=True)
+class ScriptRun:
+    """How a doctored script ended.
+
+    Attributes:
+        report: what the doctor found (empty when every watched value fit).
+        exit_code: the script's own exit code (``sys.exit(n)``; 0 when it returned normally,
+            1 when it raised), None when the doctor stopped it at an overflow.
+        error: the exception the script raised (not SystemExit), or None.
+    """
+
+    report: OverflowReport
+    exit_code: Optional[int]
+    error: Optional[BaseException] = None
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1  # sys.exit("message") exits 1, as Python does
+
+
+def run_script(path: str, argv: List[str], dtype: str = "float16", loss_scale: float = 1.0) -> ScriptRun:
+    """Run a training script as ``python path argv...`` would, every leaf layer call checked.
+
+    The script runs as ``__main__`` with its folder first on ``sys.path`` (so its own modules
+    import), and stops at the first forward or backward value beyond ``dtype``'s range. However
+    it ends (returning, ``sys.exit(n)``, an exception, or the doctor's stop), the overflow seen
+    so far is reported, a backward one found in its last step included.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+    """
+    import os
     import runpy
     import sys
 
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No such script: {path!r}" + (" (it is a directory)" if os.path.isdir(path) else ""))
     watch = _ScriptWatch(LIMITS[dtype], loss_scale)
     original = paddle.nn.Layer.__call__
-    old_argv = sys.argv
+    old_argv, old_path = sys.argv, list(sys.path)
     paddle.nn.Layer.__call__ = watch.wrap(original)
     sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    code: Optional[int] = 0
+    error: Optional[BaseException] = None
     try:
         runpy.run_path(path, run_name="__main__")
     except _OverflowFoundError as stop:
-        return OverflowReport(dtype, LIMITS[dtype], (stop.finding,))
+        watch.pending, code = stop.finding, None
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except Exception as exc:  # the script failed: reported with what was found so far
+        code, error = 1, exc
     finally:
         paddle.nn.Layer.__call__ = original
         sys.argv = old_argv
+        sys.path[:] = old_path
     found = (watch.pending,) if watch.pending is not None else ()
-    return OverflowReport(dtype, LIMITS[dtype], found)
+    return ScriptRun(OverflowReport(dtype, LIMITS[dtype], found), code, error)

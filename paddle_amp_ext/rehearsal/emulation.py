@@ -25,9 +25,10 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import paddle
 
-from . import _compat, _state
-from .autocast import effective_op_lists, is_kept_fp32
-from .config import AmpConfig
+from .. import _compat, _state
+from ..autocast import effective_op_lists
+from ..config import AmpConfig
+from ..keep import is_kept_fp32, keep_fp32, release_fp32, select_layers
 from .rounding import round_trip
 
 #: Leaf layer classes and the op types eager AMP looks up for them.
@@ -98,20 +99,32 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
     """Emulate ``dtype`` storage for ``model`` on any device; yields the emulated layer names.
 
     Args:
-        model: the model; it is unchanged after the context (hooks are removed).
+        model: the model; it is unchanged after the context (hooks are removed, layers kept in
+            float32 for ``config.fp32_layers`` are released, and Paddle's global AMP dtype is
+            what it was).
         dtype: ``"float16"`` or ``"bfloat16"``.
         level, custom_white_list, custom_black_list, config: as for ``auto_cast``; they pick
             the layers that are emulated.
 
+    The rehearsal belongs to the thread that enters it: a GradScaler in another thread does not
+    see it. Paddle's global AMP dtype (which Paddle's own scaler reads) is process-wide: set to
+    ``dtype`` inside, restored to exactly what it was at exit.
+
     Raises:
+        TypeError: ``model`` is not a ``paddle.nn.Layer``.
         ValueError: an unsupported dtype, or a bad op list.
     """
+    if not isinstance(model, paddle.nn.Layer):
+        raise TypeError(f"fp16_emulation expects the model (a paddle.nn.Layer). Received: {model!r} "
+                        f"(of type {type(model).__name__})")
     if dtype not in EMULATED_DTYPES:
         raise ValueError(f"fp16_emulation dtype must be one of {EMULATED_DTYPES}. Received: dtype={dtype!r}")
+    previous = _compat.amp_state_dtype()  # before anything below enters Paddle's auto_cast
+    kept = []  # layers kept in float32 for this context only (config.fp32_layers)
     if config is not None and config.fp32_layers:
-        from .autocast import keep_fp32
-
-        keep_fp32(model, config.fp32_layers)
+        kept = [layer for layer in select_layers(model, config.fp32_layers) if not is_kept_fp32(layer)]
+        for layer in kept:
+            keep_fp32(layer)
     white, black = effective_op_lists(dtype, level, config, custom_white_list, custom_black_list)
     layers = low_precision_layers(model, white, black, config.level if config else level)
     handles: List[Any] = []
@@ -125,8 +138,8 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
     def grad_hook(grad: paddle.Tensor) -> paddle.Tensor:
         return quantize(grad, dtype)
 
-    previous = _compat.set_amp_state_dtype(dtype)
-    _state.push_emulation(dtype)
+    _compat.set_amp_state_dtype(dtype)  # what Paddle's own scaler checks in scale()
+    token = _state.push_emulation(dtype)
     try:
         for _, layer in layers:
             handles.append(layer.register_forward_pre_hook(pre_hook))
@@ -138,5 +151,7 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
     finally:
         for handle in handles:
             handle.remove()
-        _state.pop_emulation()
+        for layer in kept:
+            release_fp32(layer)
+        _state.pop_emulation(token)
         _compat.set_amp_state_dtype(previous)

@@ -1,0 +1,72 @@
+"""``python -m paddle_amp_ext.doctor [--dtype D] [--loss-scale S] [--json] SCRIPT [ARGS...]``.
+
+Also ``paddle-amp-doctor``. Exit codes (see :mod:`paddle_amp_ext.cli`): 0 every watched value fit and the script ended
+normally, 1 an overflow was found, 2 usage error (bad flag, missing script, a directory),
+3 the script failed on its own (an exception or a non-zero ``sys.exit``) and no overflow was
+found. The report is printed however the script ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from typing import List, Optional
+
+from . import FOUND, OK, SCRIPT_FAILED, UsageError, emit, fail, parse, positive_float
+
+PROG = "python -m paddle_amp_ext.doctor"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run a Paddle training script and name the first layer whose forward or "
+        "backward value would overflow fp16 (or is already inf/nan). Exit 0 clean, 1 overflow, "
+        "2 usage error, 3 the script failed.",
+    )
+    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    parser.add_argument("--loss-scale", type=positive_float, default=1.0,
+                        help="check backward values as if the loss were scaled by this (> 0)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from ..rehearsal.script import run_script
+
+    try:
+        args = parse(build_parser(), argv)
+    except UsageError as exc:
+        return fail(PROG, str(exc))
+    try:
+        run = run_script(args.script, args.args, args.dtype, args.loss_scale)
+    except FileNotFoundError as exc:
+        return fail(PROG, str(exc))
+    if run.error is not None:
+        traceback.print_exception(type(run.error), run.error, run.error.__traceback__, file=sys.stderr)
+    report = run.report
+    code = FOUND if report else (OK if run.exit_code == 0 else SCRIPT_FAILED)
+    culprit = report.culprit
+    data = {
+        "overflow": bool(report),
+        "dtype": report.dtype,
+        "limit": report.limit,
+        "finding": None if culprit is None else {
+            "layer": culprit.layer, "layer_type": culprit.layer_type, "ops": list(culprit.ops),
+            "direction": culprit.direction, "max_abs": culprit.max_abs, "fixes": culprit.fixes(report.dtype)},
+        "script_exit_code": run.exit_code,
+        "script_error": None if run.error is None else repr(run.error),
+        "exit_code": code,
+    }
+    ended = ("stopped by the doctor" if run.exit_code is None else
+             f"the script raised {type(run.error).__name__}" if run.error is not None else
+             f"the script exited with code {run.exit_code}")
+    emit(data, f"{report}\n({ended}; exit code {code})", args.json)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""The overflow doctor: which layer first produced inf/nan or a value beyond fp16's range.
+
+Three ways in:
+
+- :func:`find_overflow` (on demand): one forward (and backward, with ``loss_fn``) of the model
+  with every leaf layer watched; returns an :class:`OverflowReport`.
+- :class:`OverflowWatch` (when the scaler sees inf/nan): a scaler hook that keeps the layers
+  watched (device-side max-abs per layer, no host sync) and names the culprit in the log when
+  a step overflows.
+- ``python -m paddle_amp_ext.doctor train.py [args]`` (:mod:`.script`,
+  :mod:`paddle_amp_ext.cli.doctor`): runs a training script and stops at the first layer whose
+  value would not fit, with the fix.
+
+Works on float32 models on a CPU: a value above 65504 there is one fp16 could not hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Tuple
+
+import numpy as np
+import paddle
+
+from .._log import logger
+from .emulation import LAYER_OPS
+
+LIMITS = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One layer whose value was non-finite or beyond the dtype's range."""
+
+    layer: str
+    layer_type: str
+    ops: Tuple[str, ...]
+    direction: str  # "forward" or "backward"
+    max_abs: float
+
+    @classmethod
+    def of(cls, name: str, layer: Any, direction: str, max_abs: float) -> Finding:
+        kind = type(layer).__name__
+        return cls(name, kind, LAYER_OPS.get(kind, ()), direction, float(max_abs))
+
+    def fixes(self, dtype: str) -> List[str]:
+        out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"]
+        if self.ops:
+            out.append(f"black-list its op: auto_cast(custom_black_list={list(self.ops[:1])!r})")
+        if dtype == "float16":
+            out.append("switch to dtype='bfloat16' (float32's range) on a GPU with CC >= 8.0")
+        if self.direction == "backward":
+            out.append("lower init_loss_scaling (e.g. 2**12): scaled gradients overflow first")
+        return out
+
+
+@dataclass(frozen=True)
+class OverflowReport:
+    """What the doctor found; ``culprit`` is the first finding in execution order."""
+
+    dtype: str
+    limit: float
+    findings: Tuple[Finding, ...] = field(default=())
+
+    @property
+    def culprit(self) -> Optional[Finding]:
+        return self.findings[0] if self.findings else None
+
+    def __bool__(self) -> bool:
+        return bool(self.findings)
+
+    def __str__(self) -> str:
+        first = self.culprit
+        if first is None:
+            return f"Overflow doctor: every watched value fits {self.dtype} (|x| <= {self.limit:g})."
+        value = "non-finite" if not math.isfinite(first.max_abs) else f"{first.max_abs:.4g}"
+        ops = ", ".join(first.ops) or "unknown op"
+        lines = [
+            f"Overflow doctor: layer {first.layer!r} ({first.layer_type}: {ops}) produced max "
+            f"|value| {value} in the {first.direction} pass, beyond {self.dtype}'s {self.limit:g}.",
+            "Fixes: " + "; ".join(first.fixes(self.dtype)) + ".",
+        ]
+        return "\n".join(lines)
+
+
+def _limit(dtype: Any, limit: Any = None) -> float:
+    """The largest allowed |value| for ``dtype`` (or ``limit``); ValueError naming a bad one."""
+    if dtype not in LIMITS:
+        raise ValueError(f"dtype must be one of {tuple(LIMITS)}. Received: dtype={dtype!r}")
+    if limit is None:
+        return LIMITS[dtype]
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < float(limit) < math.inf:
+        raise ValueError(f"limit must be a finite number > 0 (the largest allowed |value|). Received: limit={limit!r}")
+    return float(limit)
+
+
+def _check_model(model: Any) -> None:
+    if not isinstance(model, paddle.nn.Layer):
+        raise TypeError(f"Expected a paddle.nn.Layer model. Received: {model!r} (of type {type(model).__name__})")
+
+
+class _Recorder:
+    """Forward/backward max-abs of every leaf layer, kept on the device until analysed."""
+
+    def __init__(self, model: paddle.nn.Layer, on_record: Optional[Callable[..., None]] = None):
+        self.records: List[Tuple[str, paddle.nn.Layer, str, paddle.Tensor]] = []
+        self._on_record = on_record
+        self._handles: List[Any] = []
+        for name, layer in model.named_sublayers(include_self=True):
+            if list(layer.children()):
+                continue
+            self._handles.append(layer.register_forward_pre_hook(self._pre(name or type(layer).__name__)))
+            self._handles.append(layer.register_forward_post_hook(self._post(name or type(layer).__name__)))
+
+    def _add(self, name: str, layer: Any, direction: str, value: paddle.Tensor) -> None:
+        stat = paddle.max(paddle.abs(value.detach().astype("float32")))
+        self.records.append((name, layer, direction, stat))
+        if self._on_record is not None:
+            self._on_record(name, layer, direction, stat)
+
+    def _pre(self, name: str) -> Callable:
+        def hook(layer: Any, inputs: Any) -> None:
+            for item in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
+                if isinstance(item, paddle.Tensor) and item.is_floating_point() and not item.stop_gradient:
+                    item.register_hook(lambda g, n=name, lay=layer: self._add(n, lay, "backward", g))
+        return hook
+
+    def _post(self, name: str) -> Callable:
+        def hook(layer: Any, inputs: Any, output: Any) -> None:
+            first = output[0] if isinstance(output, (list, tuple)) and output else output
+            if isinstance(first, paddle.Tensor) and first.is_floating_point() and first.size > 0:
+                self._add(name, layer, "forward", first)
+        return hook
+
+    def analyse(self, dtype: str, limit: float) -> OverflowReport:
+        """One host read of all recorded stats; forward findings first, then backward."""
+        if not self.records:
+            return OverflowReport(dtype, limit)
+        values = paddle.stack([r[3].reshape([1]) for r in self.records]).numpy().reshape(-1)
+        found = []
+        for direction in ("forward", "backward"):
+            for (name, layer, d, _), value in zip(self.records, values):
+                if d == direction and not (np.isfinite(value) and value <= limit):
+                    found.append(Finding.of(name, layer, d, value))
+        return OverflowReport(dtype, limit, tuple(found))
+
+    def clear(self) -> None:
+        self.records = []
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def find_overflow(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = None,
+                  loss_scale: float = 1.0, dtype: str = "float16",
+                  limit: Optional[float] = None) -> OverflowReport:
+    """Run the model once and name the first layer whose value does not fit ``dtype``.
+
+    Args:
+        model: the model (float32 is fine: the doctor checks against ``dtype``'s range).
+        inputs: positional inputs for ``model``.
+        loss_fn: ``loss_fn(output) -> loss``; with it the backward pass is checked as well,
+            and the model's gradients are cleared afterwards.
+        loss_scale: multiply the loss by this before backward (what the scaler would do).
+        dtype: ``"float16"`` (limit 65504) or ``"bfloat16"``.
+        limit: override the largest allowed |value|.
+
+    Returns:
+        OverflowReport; ``report.culprit`` is None when everything fits.
+
+    Example:
+        >>> report = find_overflow(model, x, loss_fn=lambda out: out.mean())  # doctest: +SKIP
+        >>> print(report)
+    """
+    limit = _limit(dtype, limit)
+    _check_model(model)
+    recorder = _Recorder(model)
+    try:
+        output = model(*inputs)
+        if loss_fn is not None:
+            (loss_fn(output) * loss_scale).backward()
+        report = recorder.analyse(dtype, limit)
+    finally:
+        recorder.remove()
+        if loss_fn is not None:
+            for param in model.parameters():
+                param.clear_gradient(False)
+    if report:
+        logger.warning("%s", report)
+    return report
+
+
+class OverflowWatch:
+    """Scaler hook: when a step overflows, log which layer did it.
+
+    Costs one max-abs reduction per leaf layer per pass, all on the device; the host reads them
+    only after an overflow. Use ``scaler.add_hook(OverflowWatch(model))``.
+    """
+
+    def __init__(self, model: paddle.nn.Layer, dtype: str = "float16") -> None:
+        self.limit = _limit(dtype)
+        _check_model(model)
+        self.dtype = dtype
+        self.last_report: Optional[OverflowReport] = None
+        self._recorder = _Recorder(model)
+
+    def on_overflow(self, event: Any) -> None:
+        report = self._recorder.analyse(self.dtype, self.limit)
+        self.last_report = report
+        logger.warning("step %d overflowed. %s", event.step, report)
+
+    def on_step(self, event: Any) -> None:
+        self._recorder.clear()
+
+    def close(self) -> None:
+        self._recorder.remove()
