@@ -201,34 +201,47 @@ class AmpConfig:
             ValueError: unparsable text, an unknown suffix, key or value (the message names the file).
         """
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
+        name = str(path)
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8-sig")  # a leading BOM is fine
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"Config file {name!r} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset "
+                             f"{exc.start}): save it as UTF-8.") from None
         suffix = path.suffix.lower()
+        if suffix not in (".json", ".toml"):
+            raise ValueError(f"Config file {name!r} has suffix {suffix!r}; use .toml or .json.")
         try:
-            if suffix == ".json":
-                data = json.loads(text)
-            elif suffix == ".toml":
-                data = _load_toml(text)
-            else:
-                raise ValueError(
-                    f"Config file {str(path)!r} has suffix {suffix!r}; use .toml or .json."
-                )
-        except (json.JSONDecodeError, ValueError) as exc:
-            if isinstance(exc, ValueError) and "use .toml or .json" in str(exc):
-                raise
-            raise ValueError(f"Config file {str(path)!r} is not valid {suffix[1:]}: {exc}") from exc
-        if isinstance(data, dict):
-            for table in FORMAT_KEYS:
-                if set(data) == {table} and isinstance(data[table], dict):
-                    data = data[table]
+            data = json.loads(text) if suffix == ".json" else _load_toml(text)
+        except RecursionError:
+            raise ValueError(f"Config file {name!r} is nested too deeply to be an AmpConfig.") from None
+        except ValueError as exc:  # JSONDecodeError is a ValueError, and so are TOML errors here
+            raise ValueError(f"Config file {name!r} is not valid {suffix[1:]}: {exc}") from None
         try:
-            return cls.from_dict(data)
+            return cls.from_dict(_settings_table(data, name))
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"Config file {str(path)!r}: {exc}") from exc
+            raise type(exc)(f"Config file {name!r}: {exc}") from None
 
     # ------------------------------------------------------------------ derived values
     def replace(self, **changes: Any) -> AmpConfig:
         """A copy with ``changes`` applied (validated)."""
         return dataclasses.replace(self, **changes)
+
+
+def _settings_table(data: Any, name: str) -> Any:
+    """The settings of a parsed config file: top level, or an ``[amp]`` / ``[paddle_amp_ext]``
+    table (other tables beside it, as in a shared project file, are not ours and are ignored)."""
+    if not isinstance(data, dict):
+        return data
+    tables = [key for key in FORMAT_KEYS if isinstance(data.get(key), dict)]
+    if not tables:
+        return data
+    if len(tables) > 1:
+        raise ValueError(f"settings in both {tables}: keep one table.")
+    loose = sorted(key for key, value in data.items() if not isinstance(value, dict))
+    if loose:
+        raise ValueError(f"settings both at top level {loose} and in [{tables[0]}]: put them all in [{tables[0]}].")
+    return data[tables[0]]
 
 
 def validate_scaling(

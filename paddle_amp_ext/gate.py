@@ -44,7 +44,7 @@ class DeviceInfo:
 
     def __post_init__(self) -> None:
         cc = tuple(self.compute_capability)
-        if len(cc) != 2 or not all(isinstance(v, int) and v >= 0 for v in cc):
+        if len(cc) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cc):
             raise ValueError(
                 "compute_capability must be a (major, minor) pair of ints, e.g. (7, 5). "
                 f"Received: compute_capability={self.compute_capability!r}"
