@@ -90,7 +90,7 @@ print(f"  loss scale          start 2^30, range 2^{np.log2(min(scales)):.0f}..2^
       f"final 2^{np.log2(scaler.loss_scale):.0f}")
 print(f"  loss (unscaled)     {losses[0]:.4f} -> {losses[-1]:.4f}")
 print(f"  zero gradients      {without:.1%} without loss scaling, {with_scale:.1%} at the final scale")
-print(f"  VisualDL logs       {args.logdir}")
+print(f"  VisualDL logs       {hook.logdir}")
 
 if args.plot:
     import matplotlib
@@ -99,17 +99,18 @@ if args.plot:
     import matplotlib.pyplot as plt
     from visualdl import LogReader
 
-    reader = LogReader(file_path=sorted(glob.glob(os.path.join(args.logdir, "vdlrecords.*")))[-1])
-    series = {tag: reader.get_data("scalar", tag) for tag in ("amp/loss_scale", "amp/skipped", "train/loss")}
-    steps = [d.id for d in series["amp/loss_scale"]]
+    reader = LogReader(file_path=sorted(glob.glob(os.path.join(hook.logdir, "vdlrecords.*")))[-1])
+    series = {tag: reader.get_data("scalar", tag) for tag in ("amp/log2_loss_scale", "amp/skipped_steps", "amp/loss")}
+    steps = [d.id for d in series["amp/log2_loss_scale"]]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
-    top.semilogy(steps, [d.value for d in series["amp/loss_scale"]], base=2, label="loss scale")
-    skipped = [d.id for d in series["amp/skipped"] if d.value > 0]
+    top.semilogy(steps, [2.0 ** d.value for d in series["amp/log2_loss_scale"]], base=2, label="loss scale")
+    counts = [d.value for d in series["amp/skipped_steps"]]
+    skipped = [d.id for d, before in zip(series["amp/skipped_steps"], [0.0] + counts) if d.value > before]
     top.scatter(skipped, [scales[s] for s in skipped], color="red", zorder=3, s=14, label="skipped (overflow)")
     top.set_ylabel("loss scale")
     top.legend(loc="lower right")
     top.set_title("Dynamic loss scaling under fp16 emulation (read back from VisualDL)")
-    bottom.plot([d.id for d in series["train/loss"]], [d.value / LOSS_FACTOR for d in series["train/loss"]])
+    bottom.plot([d.id for d in series["amp/loss"]], [d.value / LOSS_FACTOR for d in series["amp/loss"]])
     bottom.set_ylabel("loss")
     bottom.set_xlabel("step")
     fig.tight_layout()

@@ -31,6 +31,7 @@ from .device import probe
 from .errors import AmpOverflowError, AmpUnsupportedError
 from .events import StepEvent, StepResult
 from .gate import AmpDecision, DeviceInfo, decide
+from .integrations import hapi_amp_configs, route, routed, unroute
 from .keep import keep_fp32
 from .legacy import AmpScaler, amp_decorate, amp_guard
 from .rehearsal import OverflowWatch, find_overflow, fp16_emulation
@@ -84,7 +85,11 @@ __all__ = [
     "fp16_emulation",
     "is_bfloat16_supported",
     "is_float16_supported",
+    "hapi_amp_configs",
     "keep_fp32",
     "probe",
+    "route",
+    "routed",
+    "unroute",
     *(name for name in _PADDLE_AMP if name not in globals()),
 ]

@@ -21,7 +21,7 @@ step, as Paddle's own scaler does once per iteration. Nothing else on the per-st
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Optional, Union
+from typing import Any, Iterable, List, Optional, Tuple, Union
 
 import paddle
 
@@ -172,6 +172,8 @@ class GradScaler(paddle.amp.GradScaler):
         self._dtype_disabled = False
         self._found_by_opt: dict = {}
         self._plain_stepped: set = set()  # optimizers stepped since update() while loss scaling is off
+        #: compute the unscaled gradient norm at every step (for hooks) also without ``grad_clip``
+        self.record_grad_norm = False
         self._found_since_update = False
         self._stepped_since_update = False
         self._last_skipped = False
@@ -298,7 +300,9 @@ class GradScaler(paddle.amp.GradScaler):
             if clip is not None:
                 norm = clip_grads_(params, clip)
             if not enabled and self._skip_nonfinite:
-                skipped = self._nonfinite(params, norm, clip)
+                skipped, norm = self._nonfinite(params, norm, clip)
+            elif norm is None and self.record_grad_norm:
+                norm = global_norm(list(_compat.iter_grads(params)))
             if not skipped:
                 optimizer.step()
                 self._last_lr = float(optimizer.get_lr())
@@ -320,16 +324,15 @@ class GradScaler(paddle.amp.GradScaler):
         self._plain_stepped.add(id(optimizer))
         return False
 
-    def _nonfinite(self, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any) -> bool:
-        """Whether any gradient is inf/nan: one fused norm per gradient, one host read.
-
-        Reuses the clip's global norm when it covered every gradient.
-        """
+    def _nonfinite(self, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any
+                   ) -> Tuple[bool, Optional[paddle.Tensor]]:
+        """(whether any gradient is inf/nan, the norm it was judged by): one fused norm per
+        gradient and one host read; the clip's global norm is reused when it covered every one."""
         if norm is None or not _covers_every_grad(params, clip):
             norm = global_norm(list(_compat.iter_grads(params)))
         if norm is None:
-            return False
-        return not host_bool(paddle.isfinite(norm))
+            return False, None
+        return not host_bool(paddle.isfinite(norm)), norm
 
     def _close_step(self, skipped: bool) -> None:
         self._found_since_update = self._found_since_update or skipped
@@ -347,11 +350,14 @@ class GradScaler(paddle.amp.GradScaler):
             return super().minimize(optimizer, *args, **kwargs)
         enabled = self.is_enable()
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
+        norm = None
         if not enabled and self._skip_nonfinite:
-            skipped = self._nonfinite(_compat.optimizer_parameters(optimizer), None, None)
+            skipped, norm = self._nonfinite(_compat.optimizer_parameters(optimizer), None, None)
+        elif self.record_grad_norm and not skipped:
+            norm = global_norm(list(_compat.iter_grads(_compat.optimizer_parameters(optimizer))))
         out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)
         self._close_step(skipped)
-        self._last_result = StepResult(skipped, self._policy.scale if enabled else 1.0)
+        self._last_result = StepResult(skipped, self._policy.scale if enabled else 1.0, norm)
         self.update()
         return out
 

@@ -1,12 +1,22 @@
 """VisualDL hooks: loss and loss scale at every step, read back from the device in batches.
 
 ``VisualDLHook`` is a scaler hook: ``GradScaler(hooks=[VisualDLHook("runs/x")])``. Per training
-step it logs ``train/loss``, ``amp/loss_scale`` (the scale used in that step), ``amp/skipped``
-(0/1), ``amp/grad_norm`` (when ``step(grad_clip=...)`` computed it) and ``train/lr``. The loss and
-grad norm stay on the device; every ``flush_every`` steps (and at close) they are fetched in one
-transfer and written as one VisualDL record, so a non-flush step costs a list append.
+step it logs, in one ``amp`` group that VisualDL shows expanded (loss first):
 
-``VisualDLCallback`` logs the same tags for ``paddle.Model.fit(..., amp_configs=...)``.
+- ``amp/loss``: the unscaled loss;
+- ``amp/log2_loss_scale``: log2 of the scale used in that step (16 for 2**16: a readable
+  staircase where the raw scale spans 1 to 1e11 on VisualDL's linear axis);
+- ``amp/skipped_steps``: skipped steps so far (a staircase VisualDL's smoothing cannot turn into
+  spikes, as it does a 0/1 flag);
+- ``amp/grad_norm``: the unscaled gradient norm (when ``step(grad_clip=...)`` computed it, or
+  with ``scaler.record_grad_norm = True``);
+- ``amp/lr``: the learning rate.
+
+The loss and grad norm stay on the device; every ``flush_every`` steps (and at close) they are
+fetched in one transfer and written as one VisualDL record, so a non-flush step costs a list
+append. Each hook writes its own run directory under ``logdir``.
+
+``VisualDLCallback`` logs the same five tags for ``paddle.Model.fit``.
 
 VisualDL is imported here only, when a hook is created. Serve the logs with
 ``python -m paddle_amp_ext.visualdl_serve --logdir runs`` (which adds ``--language en
@@ -16,6 +26,8 @@ VisualDL is imported here only, when a hook is created. Serve the logs with
 from __future__ import annotations
 
 import atexit
+import itertools
+import math
 import os
 import struct
 import sys
@@ -31,7 +43,7 @@ from ._log import logger, warn_once
 from .events import StepEvent
 from .scaler import GradScaler
 
-TAGS = ("train/loss", "amp/loss_scale", "amp/skipped", "amp/grad_norm", "train/lr")
+TAGS = ("amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr")
 
 
 def _visualdl() -> Tuple[Any, Any]:
@@ -274,23 +286,47 @@ def _checked_logdir(logdir: Any) -> str:
     return str(path)
 
 
-def _log_dir(logdir: Any, all_ranks: bool) -> Optional[str]:
+_run_counter = itertools.count()
+
+
+def run_directory_name() -> str:
+    """A new run's directory name: local time, then pid and a counter, so runs sort by time and
+    two hooks started in the same second (in one process or two) never share a directory."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_run_counter)}"
+
+
+def _log_dir(logdir: Any, all_ranks: bool, run_name: Optional[str] = None) -> Optional[str]:
+    """Where this rank writes: ``logdir/RUN`` (``logdir/RUN/rankN`` with ``all_ranks``), or None."""
     logdir = _checked_logdir(logdir)
     rank, world = _rank()
+    if run_name is None:
+        run_name = run_directory_name()
+        if world > 1 and all_ranks:  # every rank writes into rank 0's run (one collective, at creation)
+            names = [run_name]
+            paddle.distributed.broadcast_object_list(names, src=0)
+            run_name = names[0]
+    elif not isinstance(run_name, str) or os.sep in run_name or run_name in (".", ".."):
+        raise ValueError(f"run_name must be a directory name (no {os.sep!r}), '' for logdir itself, or None for a "
+                         f"new timestamped run. Received: run_name={run_name!r}")
+    target = os.path.join(logdir, run_name) if run_name else logdir
     if world > 1 and all_ranks:
-        return os.path.join(logdir, f"rank{rank}")
-    return logdir if rank == 0 else None
+        return os.path.join(target, f"rank{rank}")
+    return target if rank == 0 else None
 
 
 class VisualDLHook:
     """Log loss, loss scale, skips, grad norm and lr to VisualDL at every step.
 
     Args:
-        logdir: VisualDL log directory (``visualdl --logdir`` its parent or itself).
+        logdir: the VisualDL log directory to serve (``visualdl_serve --logdir LOGDIR``).
         flush_every: fetch device values and write every N steps (and at close/exit).
-        all_ranks: in data-parallel runs log every rank to ``logdir/rank{N}``; default rank 0 only.
-        filename_suffix: passed to VisualDL's LogWriter (two writers in one directory in the same
-            second would otherwise share a file).
+        all_ranks: in data-parallel runs log every rank to ``RUN/rank{N}`` (every rank must create
+            the hook: rank 0 tells the others the run's name); default rank 0 only.
+        filename_suffix: appended to the record file's name.
+        run_name: the run's directory under ``logdir``. Default: a new one named by local time,
+            pid and a counter (``20261130-060707-4242-0``), so every hook and every re-run is its
+            own run in VisualDL's run list (VisualDL shows only the newest record file of a
+            directory); ``""`` writes into ``logdir`` itself. ``hook.logdir`` says where.
 
     Example:
         >>> with VisualDLHook("runs/exp1") as hook:  # doctest: +SKIP
@@ -299,11 +335,15 @@ class VisualDLHook:
     """
 
     def __init__(self, logdir: str = "runs", *, flush_every: int = 50, all_ranks: bool = False,
-                 filename_suffix: str = "") -> None:
-        target = _log_dir(logdir, all_ranks)
+                 filename_suffix: str = "", run_name: Optional[str] = None) -> None:
+        target = _log_dir(logdir, all_ranks, run_name)
         self._out = _BatchedWriter(target, flush_every, filename_suffix) if target else None
         self.logdir = target
         self._closed = False
+        self._skipped = 0
+        if target:
+            logger.info("VisualDLHook: logging to %s (serve with: python -m paddle_amp_ext.visualdl_serve --logdir %s)",
+                        target, logdir)
 
     @property
     def active(self) -> bool:
@@ -319,15 +359,16 @@ class VisualDLHook:
         if not self.active:
             return
         result = event.result
+        self._skipped += bool(result is not None and result.skipped)
         values: List[Tuple[str, Any]] = []
         if event.loss is not None:
-            values.append(("train/loss", event.loss))
-        values.append(("amp/loss_scale", result.loss_scale if result else 1.0))
-        values.append(("amp/skipped", 1.0 if result and result.skipped else 0.0))
+            values.append(("amp/loss", event.loss))
+        values.append(("amp/log2_loss_scale", math.log2(result.loss_scale) if result else 0.0))
+        values.append(("amp/skipped_steps", float(self._skipped)))
         if result is not None and result.grad_norm is not None:
             values.append(("amp/grad_norm", result.grad_norm))
         if event.lr is not None:
-            values.append(("train/lr", event.lr))
+            values.append(("amp/lr", event.lr))
         self._out.add(event.step, int(time.time() * 1000), values)
 
     def flush(self) -> None:
@@ -352,23 +393,31 @@ class VisualDLHook:
 
 
 class VisualDLCallback(paddle.callbacks.Callback):
-    """hapi callback: the same tags for ``paddle.Model.fit(..., amp_configs=...)``.
+    """hapi callback: the same five tags for ``paddle.Model.fit(..., amp_configs=...)``.
 
-    The loss comes from hapi's logs (already on the host); the loss scale and the skip flag of
-    hapi's own GradScaler stay on the device until a flush. To get this package's scaler in hapi,
-    set ``model._scaler = paddle_amp_ext.GradScaler(...)`` before ``fit`` (hapi keeps a scaler
-    that is already there).
+    The loss comes from hapi's logs (already on the host); the loss scale and the skip count of
+    hapi's own GradScaler stay on the device until a flush. To train hapi with this package's
+    scaler (the guard, collapse detection, ``amp/grad_norm`` from the second batch on), run
+    ``fit`` inside :func:`paddle_amp_ext.routed`: hapi builds its scaler as
+    ``paddle.amp.GradScaler(**amp_configs)``.
 
     Example:
         >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
     """
 
-    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, all_ranks: bool = False) -> None:
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, all_ranks: bool = False,
+                 run_name: Optional[str] = None) -> None:
         super().__init__()
-        target = _log_dir(logdir, all_ranks)
+        target = _log_dir(logdir, all_ranks, run_name)
         self._out = _BatchedWriter(target, flush_every, "") if target else None
         self.logdir = target
         self._step = 0
+        self._skips: Any = None  # skipped steps so far, for Paddle's own scaler (a device value)
+
+    def on_train_batch_begin(self, step: int, logs: Optional[dict] = None) -> None:
+        scaler = _compat.hapi_scaler(self.model)
+        if isinstance(scaler, GradScaler):  # hapi builds it during the first batch
+            scaler.record_grad_norm = True
 
     def on_train_batch_end(self, step: int, logs: Optional[dict] = None) -> None:
         if self._out is None:
@@ -378,25 +427,28 @@ class VisualDLCallback(paddle.callbacks.Callback):
         loss = logs.get("loss")
         if loss is not None:
             first = loss[0] if isinstance(loss, (list, tuple)) else loss
-            values.append(("train/loss", float(getattr(first, "item", lambda: first)())))
+            values.append(("amp/loss", float(getattr(first, "item", lambda: first)())))
         scaler = _compat.hapi_scaler(self.model)
         if isinstance(scaler, GradScaler) and scaler.last_result is not None:
-            values.append(("amp/loss_scale", scaler.last_result.loss_scale))
-            values.append(("amp/skipped", 1.0 if scaler.last_result.skipped else 0.0))
-        elif scaler is not None and scaler.is_enable():
+            result = scaler.last_result
+            values.append(("amp/log2_loss_scale", math.log2(result.loss_scale)))
+            values.append(("amp/skipped_steps", float(scaler.skipped_steps)))
+            if result.grad_norm is not None:
+                values.append(("amp/grad_norm", result.grad_norm))
+        elif scaler is not None and scaler.is_enable():  # Paddle's own scaler: device values, no sync
             scale, found = _compat.paddle_scaler_view(scaler)
             if scale is not None:
-                values.append(("amp/loss_scale", scale))
-            if isinstance(found, paddle.Tensor):
-                values.append(("amp/skipped", found))
-            elif found is not None:
-                values.append(("amp/skipped", float(bool(found))))
+                values.append(("amp/log2_loss_scale", paddle.log2(scale)))
+            if found is not None:
+                flag = found.astype("float32") if isinstance(found, paddle.Tensor) else float(bool(found))
+                self._skips = flag if self._skips is None else self._skips + flag
+                values.append(("amp/skipped_steps", self._skips))
         else:
-            values.append(("amp/loss_scale", 1.0))
-            values.append(("amp/skipped", 0.0))
+            values.append(("amp/log2_loss_scale", 0.0))
+            values.append(("amp/skipped_steps", 0.0))
         optimizer = getattr(self.model, "_optimizer", None)
         if optimizer is not None:
-            values.append(("train/lr", float(optimizer.get_lr())))
+            values.append(("amp/lr", float(optimizer.get_lr())))
         self._out.add(self._step, int(time.time() * 1000), values)
         self._step += 1
 

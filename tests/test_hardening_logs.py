@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent("""
 
     logdir, limit = sys.argv[1], int(sys.argv[2])
     hook = amp.VisualDLHook(logdir, flush_every=10)
-    path = glob.glob(os.path.join(logdir, "vdlrecords.*"))[0]
+    path = glob.glob(os.path.join(hook.logdir, "vdlrecords.*"))[0]
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))   # the disk fills after a few flushes
     scaler_errors = 0
@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent("""
     for step in range(300, 310):
         hook.on_step(StepEvent(step, paddle.to_tensor(float(step)), StepResult(False, 1024.0), 0.1, 1024.0))
     hook.close()
-    steps = [d.id for d in LogReader(file_path=path).get_data("scalar", "train/loss")]
+    steps = [d.id for d in LogReader(file_path=path).get_data("scalar", "amp/loss")]
     print(json.dumps(dict(errors=scaler_errors, size_full=size_full, backlog=backlog, steps=steps,
                           dropped=hook.dropped_steps)))
 """)
@@ -105,7 +105,7 @@ def test_a_file_or_an_unwritable_logdir_fails_at_creation(tmp_path):
         locked.mkdir(mode=0o500)
         with pytest.raises(OSError, match=r"cannot write to logdir"):
             amp.VisualDLHook(locked / "run")
-    with pytest.raises(OSError, match=r"VisualDL hook cannot write to logdir '/proc/paddle-amp-ext'"):
+    with pytest.raises(OSError, match=r"VisualDL hook cannot write to logdir '/proc/paddle-amp-ext/"):
         amp.VisualDLHook("/proc/paddle-amp-ext")
 
 
@@ -128,4 +128,4 @@ def test_hook_works_where_home_is_unusable(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs")], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "OK" in proc.stdout and glob.glob(str(tmp_path / "runs" / "vdlrecords.*"))
+    assert "OK" in proc.stdout and glob.glob(str(tmp_path / "runs" / "*" / "vdlrecords.*"))

@@ -47,7 +47,7 @@ def train(hook, steps=12, poison_at=(4,), flush_every=None):
 
 
 def read(logdir: str) -> dict:
-    files = glob.glob(os.path.join(logdir, "vdlrecords.*"))
+    files = glob.glob(os.path.join(logdir, "**", "vdlrecords.*"), recursive=True)
     assert len(files) == 1, files
     reader = LogReader(file_path=files[0])
     return {tag: [(d.id, d.value) for d in reader.get_data("scalar", tag)] for tag in reader.get_tags()["scalar"]}
@@ -57,13 +57,13 @@ def test_one_point_per_step_with_the_values_the_scaler_reported(tmp_path):
     with amp.VisualDLHook(str(tmp_path / "run"), flush_every=5) as hook:
         reported = train(hook)
     data = read(str(tmp_path / "run"))
-    assert set(data) == {"train/loss", "amp/loss_scale", "amp/skipped", "amp/grad_norm", "train/lr"}
-    assert [s for s, _ in data["train/loss"]] == list(range(12))
-    assert [v for _, v in data["amp/loss_scale"]] == [r[2] for r in reported]
-    assert [v for _, v in data["amp/skipped"]] == [float(r[3]) for r in reported]
-    np.testing.assert_allclose([v for _, v in data["train/loss"]], [r[1] for r in reported], rtol=1e-6)
+    assert set(data) == {"amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr"}
+    assert [s for s, _ in data["amp/loss"]] == list(range(12))
+    assert [2.0 ** v for _, v in data["amp/log2_loss_scale"]] == [r[2] for r in reported]
+    assert [v for _, v in data["amp/skipped_steps"]] == [float(sum(r[3] for r in reported[:i + 1])) for i in range(12)]
+    np.testing.assert_allclose([v for _, v in data["amp/loss"]], [r[1] for r in reported], rtol=1e-6)
     assert [s for s, _ in data["amp/grad_norm"]] == [r[0] for r in reported if r[4] is not None]
-    assert data["amp/skipped"][4] == (4, 1.0)
+    assert data["amp/skipped_steps"][3:5] == [(3, 0.0), (4, 1.0)]
 
 
 def _free_port() -> int:
@@ -113,14 +113,14 @@ def test_dashboard_serves_the_series_point_by_point(tmp_path):
         assert status == 200 and b"<html" in body.lower()
         tags = json.loads(_get(base + "/app/api/scalar/tags")[1])["data"]
         run = tags["runs"][0]
-        assert run.endswith("exp")
-        assert {"train/loss", "amp/loss_scale"} <= set(tags["tags"][0])
+        assert run.endswith(os.path.relpath(hook.logdir, logdir)) and "exp/" in run
+        assert {"amp/loss", "amp/log2_loss_scale"} <= set(tags["tags"][0])
         query = f"{base}/app/api/scalar/list?run={urllib.parse.quote(run)}&tag="
-        losses = json.loads(_get(query + "train/loss")[1])["data"]
-        scales = json.loads(_get(query + urllib.parse.quote("amp/loss_scale"))[1])["data"]
+        losses = json.loads(_get(query + urllib.parse.quote("amp/loss"))[1])["data"]
+        scales = json.loads(_get(query + urllib.parse.quote("amp/log2_loss_scale"))[1])["data"]
     assert [p[1] for p in losses] == [r[0] for r in reported]
     np.testing.assert_allclose([float(p[2]) for p in losses], [r[1] for r in reported], rtol=1e-6)  # inf is "inf"
-    assert [p[2] for p in scales] == [r[2] for r in reported]
+    assert [2.0 ** float(p[2]) for p in scales] == [r[2] for r in reported]
 
 
 def test_no_host_transfer_on_non_flush_steps(tmp_path, monkeypatch):
@@ -182,8 +182,8 @@ def test_logged_steps_survive_kill_and_exit(tmp_path, how, expected_steps):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == (-signal.SIGKILL if how == "kill" else 0), proc.stderr
     data = read(str(tmp_path / "run"))
-    assert [s for s, _ in data["train/loss"]] == list(range(expected_steps))
-    assert [v for _, v in data["train/loss"]] == [float(s) for s in range(expected_steps)]
+    assert [s for s, _ in data["amp/loss"]] == list(range(expected_steps))
+    assert [v for _, v in data["amp/loss"]] == [float(s) for s in range(expected_steps)]
 
 
 @pytest.mark.slow
@@ -192,11 +192,12 @@ def test_rank_zero_only_in_a_two_process_launch(tmp_path):
 
     script = Path(__file__).parent / "dist_scripts" / "visualdl_ranks.py"
     launch(script, str(tmp_path), log_dir=tmp_path / "log")
-    assert len(glob.glob(str(tmp_path / "default" / "vdlrecords.*"))) == 1
+    assert len(glob.glob(str(tmp_path / "default" / "*" / "vdlrecords.*"))) == 1
     assert not (tmp_path / "default" / "rank1").exists()
-    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["rank0", "rank1"]
-    assert [s for s, _ in read(str(tmp_path / "default"))["train/loss"]] == [0, 1, 2]
-    assert [s for s, _ in read(str(tmp_path / "all" / "rank1"))["train/loss"]] == [0, 1, 2]
+    (run,) = (tmp_path / "all").iterdir()  # one run directory, shared by both ranks
+    assert sorted(p.name for p in run.iterdir()) == ["rank0", "rank1"]
+    assert [s for s, _ in read(str(tmp_path / "default"))["amp/loss"]] == [0, 1, 2]
+    assert [s for s, _ in read(str(run / "rank1"))["amp/loss"]] == [0, 1, 2]
 
 
 def test_hapi_callback_logs_the_same_tags(tmp_path):
@@ -212,10 +213,10 @@ def test_hapi_callback_logs_the_same_tags(tmp_path):
     with amp.fp16_emulation(net, custom_black_list=["matmul"]):
         model.fit(TensorDataset([x, y]), batch_size=8, epochs=1, verbose=0, callbacks=[callback])
     data = read(str(tmp_path / "hapi"))
-    assert [s for s, _ in data["train/loss"]] == [0, 1, 2, 3]
-    assert [v for _, v in data["amp/loss_scale"]] == [256.0] * 4
-    assert [v for _, v in data["amp/skipped"]] == [0.0] * 4
-    assert data["train/lr"][0][1] == pytest.approx(0.01)
+    assert [s for s, _ in data["amp/loss"]] == [0, 1, 2, 3]
+    assert [v for _, v in data["amp/log2_loss_scale"]] == [8.0] * 4
+    assert [v for _, v in data["amp/skipped_steps"]] == [0.0] * 4
+    assert data["amp/lr"][0][1] == pytest.approx(0.01)
 
 
 def test_hook_without_visualdl_names_the_extra(tmp_path):
@@ -246,7 +247,7 @@ def test_scalar_encoder_is_byte_identical_to_visualdl_protobuf():
 
     from paddle_amp_ext.visualdl import _ScalarEncoder
 
-    values = [("train/loss", 0.123456), ("amp/loss_scale", 2.0**40), ("amp/skipped", 1.0), ("train/lr", float("inf")),
+    values = [("amp/loss", 0.123456), ("amp/log2_loss_scale", 40.0), ("amp/skipped_steps", 1.0), ("amp/lr", float("inf")),
               ("标签/中文", -3.5)]
     for step, wall in [(0, 0), (127, 1795988211313), (300000, 2**40 + 5)]:
         expected = b""

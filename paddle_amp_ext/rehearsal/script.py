@@ -14,6 +14,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 import paddle
 
+from ..scripting import check_script, run_as_main
 from .doctor import LIMITS, Finding, OverflowReport
 
 
@@ -95,49 +96,27 @@ class ScriptRun:
     error: Optional[BaseException] = None
 
 
-def _exit_code(exc: SystemExit) -> int:
-    code = exc.code
-    if code is None:
-        return 0
-    return code if isinstance(code, int) else 1  # sys.exit("message") exits 1, as Python does
-
-
 def run_script(path: str, argv: List[str], dtype: str = "float16", loss_scale: float = 1.0) -> ScriptRun:
     """Run a training script as ``python path argv...`` would, every leaf layer call checked.
 
-    The script runs as ``__main__`` with its folder first on ``sys.path`` (so its own modules
-    import), and stops at the first forward or backward value beyond ``dtype``'s range. However
-    it ends (returning, ``sys.exit(n)``, an exception, or the doctor's stop), the overflow seen
-    so far is reported, a backward one found in its last step included.
+    Stops at the first forward or backward value beyond ``dtype``'s range. However the script
+    ends (returning, ``sys.exit(n)``, an exception, or the doctor's stop), the overflow seen so
+    far is reported, a backward one found in its last step included.
 
     Raises:
         FileNotFoundError: ``path`` is not a file.
     """
-    import os
-    import runpy
-    import sys
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"No such script: {path!r}" + (" (it is a directory)" if os.path.isdir(path) else ""))
+    check_script(path)
     watch = _ScriptWatch(LIMITS[dtype], loss_scale)
     original = paddle.nn.Layer.__call__
-    old_argv, old_path = sys.argv, list(sys.path)
     paddle.nn.Layer.__call__ = watch.wrap(original)
-    sys.argv = [path, *argv]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    code: Optional[int] = 0
-    error: Optional[BaseException] = None
+    code: Optional[int]
     try:
-        runpy.run_path(path, run_name="__main__")
+        end = run_as_main(path, argv)
+        code, error = end.exit_code, end.error
     except _OverflowFoundError as stop:
-        watch.pending, code = stop.finding, None
-    except SystemExit as exc:
-        code = _exit_code(exc)
-    except Exception as exc:  # the script failed: reported with what was found so far
-        code, error = 1, exc
+        watch.pending, code, error = stop.finding, None, None
     finally:
         paddle.nn.Layer.__call__ = original
-        sys.argv = old_argv
-        sys.path[:] = old_path
     found = (watch.pending,) if watch.pending is not None else ()
     return ScriptRun(OverflowReport(dtype, LIMITS[dtype], found), code, error)

@@ -1,0 +1,108 @@
+"""``python -m paddle_amp_ext.run [--config amp.toml] [--logdir DIR] SCRIPT [ARGS...]``: an unmodified script, routed.
+
+Runs a training script as ``python SCRIPT ARGS`` would, with ``paddle.amp`` routed to this
+package (:func:`paddle_amp_ext.routed`): every ``paddle.amp.GradScaler`` the script builds is this
+package's, with a VisualDL hook writing its own run directory under ``--logdir``, and
+``auto_cast``/``decorate`` get the validated lists and the gate. At exit a summary (steps,
+skipped steps, loss-scale range, where the logs are) goes to stderr, or as JSON to stdout with
+``--json``, and the command exits with the script's own code (2 for a usage error before the
+script starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from typing import Any, Dict, List, Optional
+
+from . import UsageError, fail, parse
+
+PROG = "python -m paddle_amp_ext.run"
+
+
+class ScalerSummary:
+    """A scaler hook that counts steps and skips and keeps the loss-scale range (host values only)."""
+
+    def __init__(self, logdir: Optional[str]) -> None:
+        self.logdir = logdir
+        self.steps = self.skipped = 0
+        self.low = self.high = None
+
+    def on_step(self, event: Any) -> None:
+        self.steps += 1
+        self.skipped += bool(event.result.skipped)
+        scale = event.result.loss_scale
+        self.low = scale if self.low is None else min(self.low, scale)
+        self.high = scale if self.high is None else max(self.high, scale)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"steps": self.steps, "skipped": self.skipped, "loss_scale_min": self.low,
+                "loss_scale_max": self.high, "logdir": self.logdir}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Run an unmodified Paddle training script with paddle.amp "
+                                     "routed to paddle_amp_ext: validated op lists, the gate, the non-finite guard "
+                                     "and a VisualDL hook on every GradScaler it builds. Exits with the script's code.")
+    parser.add_argument("--config", metavar="FILE", help="an AmpConfig TOML/JSON file (op lists, dtype, scaler extras)")
+    parser.add_argument("--logdir", default="runs", help="VisualDL logs: one run directory per scaler (default runs)")
+    parser.add_argument("--no-log", action="store_true", help="no VisualDL hook")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from ..config import AmpConfig
+    from ..integrations.routing import routed
+    from ..scripting import check_script, run_as_main
+
+    parser = build_parser()
+    try:
+        args = parse(parser, argv)
+        check_script(args.script)
+        config = AmpConfig.from_file(args.config) if args.config else None
+    except UsageError as exc:
+        return fail(PROG, str(exc))
+    except (OSError, ValueError, TypeError) as exc:
+        return fail(PROG, str(exc))
+    summaries: List[ScalerSummary] = []
+
+    def attach(new_scaler: Any) -> None:
+        logdir = None
+        if not args.no_log:
+            from ..visualdl import VisualDLHook
+
+            hook = new_scaler.add_hook(VisualDLHook(args.logdir))
+            logdir = hook.logdir
+        summaries.append(new_scaler.add_hook(ScalerSummary(logdir)))
+
+    with routed(config, on_scaler=attach):
+        end = run_as_main(args.script, args.args)
+    if end.error is not None:
+        traceback.print_exception(type(end.error), end.error, end.error.__traceback__, file=sys.stderr)
+    summary = {"script": args.script, "exit_code": end.exit_code, "scalers": [s.to_dict() for s in summaries]}
+    if args.json:
+        print(json.dumps(summary), flush=True)
+    else:
+        print(_render(summary), file=sys.stderr, flush=True)
+    return end.exit_code
+
+
+def _render(summary: Dict[str, Any]) -> str:
+    lines = [f"paddle_amp_ext.run: {summary['script']} exited with code {summary['exit_code']}."]
+    if not summary["scalers"]:
+        lines.append("  The script built no paddle.amp.GradScaler.")
+    for i, s in enumerate(summary["scalers"]):
+        scale = ("loss scale -" if s["loss_scale_min"] is None else
+                 f"loss scale {s['loss_scale_min']:g}..{s['loss_scale_max']:g}")
+        where = f"; VisualDL logs in {s['logdir']}" if s["logdir"] else ""
+        lines.append(f"  GradScaler {i}: {s['steps']} steps, {s['skipped']} skipped, {scale}{where}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
