@@ -111,7 +111,7 @@ def _auto_cast(
         info_once(f"oplists:{note}", "%s", note)
     for note in resolved.no_effect:
         warn_once(f"oplists:{note}", "%s", note)
-    with paddle.amp.auto_cast(
+    with _compat.paddle_auto_cast(
         enable=enable,
         custom_white_list=sorted(resolved.white) or None,
         custom_black_list=sorted(resolved.black) or None,
@@ -229,7 +229,7 @@ def decorate(
         given = list(excluded_layers) if isinstance(excluded_layers, (list, tuple)) else [excluded_layers]
         excluded = given + marked
     logger.debug("decorate: level=%s dtype=%s excluded=%d layers", level, run_dtype, len(excluded or ()))
-    return paddle.amp.decorate(
+    return _compat.paddle_decorate(
         models,
         optimizers,
         level=level,

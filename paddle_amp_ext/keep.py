@@ -24,7 +24,10 @@ from typing import Any, Dict, Iterable
 
 import paddle
 
+from . import _compat
+
 _BASE = "_paddle_amp_ext_kept_base"
+_paddle_auto_cast = _compat.paddle_auto_cast  # Paddle's own, also while paddle.amp is routed
 _KEPT: Dict[type, type] = {}
 _LOCK = threading.Lock()
 
@@ -32,7 +35,7 @@ _LOCK = threading.Lock()
 def _fp32_scope() -> contextlib.AbstractContextManager:
     """Autocast off where Paddle can turn it off: dygraph, and 3.x PIR programs."""
     if paddle.in_dynamic_mode() or paddle.framework.in_pir_mode():
-        return paddle.amp.auto_cast(enable=False)
+        return _paddle_auto_cast(enable=False)
     return contextlib.nullcontext()
 
 

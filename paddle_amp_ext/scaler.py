@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
 import paddle
+from paddle.amp.grad_scaler import GradScaler as PaddleGradScaler  # not paddle.amp's: routing replaces it
 
 from . import _compat, _state
 from ._log import info_once, logger, warn_once
@@ -59,7 +60,7 @@ def _covers_every_grad(params: List[paddle.Tensor], clip: Any) -> bool:
     return clip is not None and all(getattr(p, "need_clip", True) is not False for p in params)
 
 
-class GradScaler(paddle.amp.GradScaler):
+class GradScaler(PaddleGradScaler):
     """Drop-in ``paddle.amp.GradScaler`` (Paddle's arguments and defaults) with more keywords.
 
     Where it differs from Paddle's scaler on purpose (README: "Where it differs from
@@ -228,7 +229,7 @@ class GradScaler(paddle.amp.GradScaler):
         Paddle's own static-graph rule.
         """
         if self._static or _compat.is_static_value(var):  # explicit base: to_static converts this method
-            return paddle.amp.GradScaler.scale(self, var)
+            return PaddleGradScaler.scale(self, var)
         if not isinstance(var, paddle.Tensor):
             raise TypeError(f"scale() expects a paddle.Tensor loss. Received: {type(var).__name__}")
         if self._hooks:  # only hooks read the loss; without them nothing is kept

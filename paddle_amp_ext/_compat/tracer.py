@@ -13,6 +13,9 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   ``amp_guard`` applies on a GPU (on 3.x, ROCm builds allow both).
 - ``paddle.base.core.get_all_op_names()`` and ``core._get_registered_phi_kernels('all')``: the op
   registry that custom op lists are validated against; ``paddle.amp.amp_lists``: Paddle's defaults.
+- the modules ``paddle.amp.auto_cast`` and ``paddle.amp.grad_scaler``: Paddle's own ``auto_cast``,
+  ``decorate`` and ``GradScaler``, reached through their modules so that routing ``paddle.amp``
+  to this package (:mod:`paddle_amp_ext.integrations.routing`) never makes them call themselves.
 - ``paddle.amp.auto_cast.amp_global_state().amp_dtype``: Paddle's scaler disables itself in
   ``scale()`` unless this is ``'float16'``; fp16 emulation sets it. ``amp_state()``: the
   arguments of the innermost ``auto_cast``.
@@ -42,6 +45,16 @@ def _auto_cast_module() -> Any:
     import importlib
 
     return importlib.import_module("paddle.amp.auto_cast")
+
+
+def paddle_auto_cast(*args: Any, **kwargs: Any) -> Any:
+    """Paddle's own ``auto_cast``, also while ``paddle.amp`` is routed to this package."""
+    return _auto_cast_module().auto_cast(*args, **kwargs)
+
+
+def paddle_decorate(*args: Any, **kwargs: Any) -> Any:
+    """Paddle's own ``decorate``, also while ``paddle.amp`` is routed to this package."""
+    return _auto_cast_module().decorate(*args, **kwargs)
 
 
 def _tracer() -> Any:

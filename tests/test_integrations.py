@@ -1,0 +1,200 @@
+"""Routing paddle.amp for code you do not own, `python -m paddle_amp_ext.run`, hapi with AMP on."""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_amp_ext as amp
+from paddle_amp_ext import _compat
+
+ORIGINALS = {name: getattr(paddle.amp, name) for name in ("GradScaler", "AmpScaler", "auto_cast", "decorate")}
+
+
+def test_routing_replaces_and_restores_paddle_amp():
+    with amp.routed() as routing:
+        assert paddle.amp.GradScaler is not ORIGINALS["GradScaler"]
+        scaler = paddle.amp.GradScaler(init_loss_scaling=1024)
+        assert isinstance(scaler, amp.GradScaler) and isinstance(scaler, ORIGINALS["GradScaler"])
+        assert routing.scalers == [scaler]
+        with pytest.raises(ValueError, match="Did you mean 'softmax'"):
+            paddle.amp.auto_cast(custom_black_list=["softmx"])
+        with pytest.raises(ValueError, match="decorate level must be"):
+            paddle.amp.decorate(paddle.nn.Linear(2, 2), level="O3")
+        assert isinstance(paddle.amp.AmpScaler(), amp.AmpScaler)
+        assert list(inspect.signature(paddle.amp.auto_cast).parameters)[:6] == list(
+            inspect.signature(ORIGINALS["auto_cast"]).parameters)[:6]
+    assert {name: getattr(paddle.amp, name) for name in ORIGINALS} == ORIGINALS
+
+
+def test_routings_nest_and_undo_in_reverse_order():
+    outer = amp.route()
+    inner = amp.route()
+    with pytest.raises(RuntimeError, match="innermost routing"):
+        outer.undo()
+    inner.undo()
+    assert paddle.amp.GradScaler is outer.replacements["GradScaler"]
+    amp.unroute()
+    assert paddle.amp.GradScaler is ORIGINALS["GradScaler"]
+    amp.unroute()  # nothing routed: nothing to do
+
+
+def test_a_config_fills_in_what_the_caller_leaves_at_paddles_defaults():
+    config = amp.AmpConfig(custom_black_list=["softmax"], max_consecutive_skips=3, on_collapse="raise")
+    built = []
+    with amp.routed(config, on_scaler=built.append):
+        default = paddle.amp.GradScaler(init_loss_scaling=2.0**12)
+        explicit = paddle.amp.GradScaler(max_consecutive_skips=5)
+        with paddle.amp.auto_cast():
+            _, black = _compat.tracer_op_lists()
+    assert built == [default, explicit]
+    assert default._max_consecutive_skips == 3 and default._on_collapse == "raise"
+    assert default.state_dict()["scale"][0] == 2.0**12, "the caller's own arguments win"
+    assert explicit._max_consecutive_skips == 5
+    assert "softmax" in black
+
+
+def test_routed_paddle_loop_skips_nan_steps_that_paddle_would_apply():
+    """Paddle's documented loop, unmodified, on a CPU: routed, the NaN step does not reach the weights."""
+    def loop():
+        paddle.seed(0)
+        model = paddle.nn.Linear(4, 1)
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+        scaler = paddle.amp.GradScaler()
+        for poison in (False, True, False):
+            with paddle.amp.auto_cast():
+                loss = model(paddle.ones([2, 4])).mean() * (float("nan") if poison else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.clear_grad()
+        return model.weight.numpy()
+
+    assert not np.isfinite(loop()).all(), "the control: Paddle applies NaN gradients on a CPU"
+    with amp.routed():
+        assert np.isfinite(loop()).all()
+
+
+SCRIPT = """
+import sys
+import numpy as np
+import paddle
+
+paddle.seed(0)
+model = paddle.nn.Linear(4, 1)
+opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+scaler = paddle.amp.GradScaler(init_loss_scaling=1024)     # the script's own, unmodified
+for step in range(6):
+    with paddle.amp.auto_cast():
+        loss = model(paddle.ones([2, 4])).mean()
+    scaler.scale(loss * (float("nan") if step == 3 else 1.0)).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.clear_grad()
+print("finite", bool(np.isfinite(model.weight.numpy()).all()))
+sys.exit(4)
+"""
+
+
+@pytest.mark.slow
+def test_run_an_unmodified_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.run", "--logdir", str(tmp_path / "runs"), "--json",
+                           str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert "finite True" in lines
+    summary = json.loads(lines[-1])
+    (scaler,) = summary["scalers"]
+    assert (scaler["steps"], scaler["skipped"], summary["exit_code"]) == (6, 1, 4)
+    assert scaler["loss_scale_min"] == scaler["loss_scale_max"] == 1.0, "loss scaling is off on a CPU"
+    assert glob.glob(os.path.join(scaler["logdir"], "vdlrecords.*"))
+    text = subprocess.run([sys.executable, "-m", "paddle_amp_ext.run", "--no-log", str(script)], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert text.returncode == 4 and "GradScaler 0: 6 steps, 1 skipped, loss scale 1..1" in text.stderr
+    usage = subprocess.run([sys.executable, "-m", "paddle_amp_ext.run", str(tmp_path / "missing.py")],
+                           capture_output=True, text=True, timeout=300)
+    assert usage.returncode == 2 and "No such script" in usage.stderr
+
+
+# --------------------------------------------------------------------------- hapi
+def test_hapi_amp_configs_has_only_keys_hapi_accepts():
+    configs = amp.hapi_amp_configs(amp.AmpConfig(dtype="bfloat16", custom_black_list=["softmax"]))
+    assert "dtype" not in configs and configs["level"] == "O1" and configs["custom_black_list"] == ["softmax"]
+    model = paddle.Model(paddle.nn.Linear(2, 2))
+    opt = paddle.optimizer.SGD(parameters=model.parameters())
+    model.prepare(opt, paddle.nn.MSELoss(), amp_configs=configs)  # accepted as is, on both versions
+    with pytest.raises(ValueError, match=r"does not accept \['dtype'\]. hapi has no dtype key"):
+        amp.hapi_amp_configs(level="O1", dtype="float16")
+    assert amp.hapi_amp_configs(enabled=False) is None
+
+
+def test_hapi_fit_with_amp_on_as_a_t4_would_run_it(tmp_path, monkeypatch):
+    """The gate answering as a Tesla T4 (float16 + loss scaling), fp16 rehearsal on this CPU."""
+    from visualdl import LogReader
+
+    from paddle_amp_ext import device
+    from paddle_amp_ext.gate import DeviceInfo
+
+    t4 = DeviceInfo(index=0, name="Tesla T4", compute_capability=(7, 5), total_memory_bytes=16 * 2**30)
+    monkeypatch.setattr(device, "probe_report", lambda: device.ProbeReport("x", "11.8", "8", (t4,)))
+    device.current_decision.cache_clear()
+    decision = device.current_decision("auto")
+    assert (decision.dtype, decision.use_loss_scaling) == ("float16", True)
+
+    paddle.seed(0)
+    x = paddle.randn([96, 8])
+    y = x[:, :2].argmax(axis=1).unsqueeze(1)
+    net = paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.ReLU(), paddle.nn.Linear(16, 2))
+    model = paddle.Model(net)
+    config = amp.AmpConfig(dtype=decision.dtype, init_loss_scaling=2.0**24, max_consecutive_skips=50)
+    model.prepare(paddle.optimizer.Adam(learning_rate=1e-3, parameters=net.parameters()), paddle.nn.CrossEntropyLoss(),
+                  amp_configs=amp.hapi_amp_configs(config))
+    callback = amp.VisualDLCallback(str(tmp_path), flush_every=2)
+    with amp.routed(config) as routing, amp.fp16_emulation(net):
+        model.fit(paddle.io.TensorDataset([x, y]), batch_size=4, epochs=1, verbose=0, callbacks=[callback])
+    (scaler,) = routing.scalers
+    assert _compat.hapi_scaler(model) is scaler
+    assert scaler.skipped_steps >= 1, "2**24 overflows fp16 at first: the scaler backed off"
+    assert scaler.loss_scale < 2.0**24
+    (path,) = glob.glob(os.path.join(callback.logdir, "vdlrecords.*"))
+    reader = LogReader(file_path=path)
+    tags = set(reader.get_tags()["scalar"])
+    assert tags == {"amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr"}
+    scales = [d.value for d in reader.get_data("scalar", "amp/log2_loss_scale")]
+    assert scales[0] == 24.0 and scales[-1] < 24.0
+    norms = [d.id for d in reader.get_data("scalar", "amp/grad_norm")]
+    assert norms and 0 not in norms, "on stepped batches, from the second batch on"
+
+
+def test_train_hapi_example_with_amp_on(tmp_path):
+    example = Path(__file__).resolve().parent.parent / "examples" / "train_hapi.py"
+    proc = subprocess.run([sys.executable, str(example), "--epochs", "1", "--samples", "128", "--dtype", "float16",
+                           "--rehearse", "--logdir", "runs/h"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "AMP: float16" in proc.stdout
+    assert "scaler: paddle_amp_ext.scaler.GradScaler loss scaling on=True steps=2 skipped=0" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_rerun_into_the_same_logdir_shows_both_runs_in_visualdl(tmp_path):
+    """VisualDL shows only the newest record file of a directory: each hook writes its own run."""
+    from visualdl import LogReader
+
+    from paddle_amp_ext.events import StepEvent, StepResult
+
+    for _ in range(2):  # a re-run, and two hooks in the same second
+        with amp.VisualDLHook(str(tmp_path / "runs")) as hook:
+            hook.on_step(StepEvent(0, paddle.to_tensor(1.0), StepResult(False, 1.0), 0.1, 1.0))
+    runs = LogReader(logdir=str(tmp_path / "runs")).runs()  # the run list the dashboard shows
+    assert len(set(runs)) == 2 and all(glob.glob(os.path.join(run, "vdlrecords.*")) for run in runs)
