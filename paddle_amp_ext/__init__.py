@@ -42,7 +42,9 @@ _LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}
 
 #: Names of the installed Paddle's ``paddle.amp.__all__`` that need no wrapping here (they read the
 #: AMP state that this package's ``auto_cast`` sets through Paddle's): served from ``paddle.amp``,
-#: so a name a future Paddle adds is importable from ``paddle_amp_ext`` too.
+#: so a name a future Paddle adds is importable from ``paddle_amp_ext`` too. Any other attribute of
+#: ``paddle.amp`` (``white_list``, ``amp_lists``, ``grad_scaler``, ...) is served the same way, so
+#: code that uses this package as its ``paddle.amp`` finds everything it had.
 _PADDLE_AMP = tuple(getattr(_paddle.amp, "__all__", ()))
 
 
@@ -52,7 +54,7 @@ def __getattr__(name: str):  # PEP 562
 
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
         return getattr(module, name)
-    if name in _PADDLE_AMP:
+    if name in _PADDLE_AMP or (not name.startswith("__") and hasattr(_paddle.amp, name)):
         return getattr(_paddle.amp, name)
     raise AttributeError(f"module 'paddle_amp_ext' has no attribute {name!r}")
 

@@ -67,3 +67,11 @@ def test_demo(tmp_path):
     out = run("demo.py", "--steps", "120", "--logdir", "runs/demo", "--plot", "plot.png", cwd=tmp_path)
     assert "Summary" in out and "skipped steps" in out and "zero gradients" in out
     assert (tmp_path / "plot.png").stat().st_size > 1000
+
+
+def test_plain_paddle_amp_script_is_guarded_when_run_through_the_launcher(tmp_path):
+    assert "weights finite: False" in run("plain_paddle_amp.py", "--steps", "8", cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.run", "--logdir", "runs", str(EXAMPLES / "plain_paddle_amp.py"),
+                           "--steps", "8"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "weights finite: True" in proc.stdout and "GradScaler 0: 8 steps, 1 skipped" in proc.stderr

@@ -40,6 +40,15 @@ def test_every_name_in_paddle_amp_all_is_importable_from_the_package():
         assert name in amp.__all__ and hasattr(amp, name)
 
 
+def test_the_package_can_stand_in_for_the_paddle_amp_module():
+    """Code that does `paddle.amp = paddle_amp_ext` (or imports it as its amp) finds every attribute."""
+    public = [name for name in dir(paddle.amp) if not name.startswith("_")]
+    assert [name for name in public if not hasattr(amp, name)] == []
+    assert amp.white_list is paddle.amp.white_list and amp.black_list()["float16"]["O1"]
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        amp.no_such_name  # noqa: B018
+
+
 def test_debugging_reexports_paddles_tools():
     import paddle_amp_ext.debugging as ours
 

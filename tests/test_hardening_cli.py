@@ -127,6 +127,21 @@ def test_launcher_refuses_a_busy_or_bad_port_and_quotes_what_it_prints(tmp_path,
     assert "'my runs; rm -rf x'" in capsys.readouterr().out
 
 
+def test_launcher_warns_about_a_missing_logdir_and_then_starts_visualdl(tmp_path, capsys, monkeypatch):
+    from paddle_amp_ext.cli import visualdl
+
+    started = []
+    monkeypatch.setattr(visualdl.os, "execv", lambda exe, argv: started.append(argv))
+    with socket.socket() as probe:  # a port that is free now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    missing = str(tmp_path / "nothing-yet")
+    assert serve_main(["--logdir", missing, "--port", str(port)]) == 0
+    assert "--logdir" in started[0] and started[0][started[0].index("--logdir") + 1] == missing
+    assert f"--logdir {missing!r} does not exist yet" in capsys.readouterr().err
+    assert serve_main(["--logdir", missing, "--port", "0"]) == 2 and len(started) == 1
+
+
 def test_rehearsal_belongs_to_its_thread_and_paddles_dtype_is_restored():
     before = _compat.amp_state_dtype()
     model = paddle.nn.Linear(2, 2)

@@ -62,3 +62,15 @@ def test_amp_tags_sit_next_to_the_trainers_visualdl_logs(trainer_run):
     assert {"amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/lr"} <= tags
     skips = [(d.id, d.value) for d in reader.get_data("scalar", "amp/skipped_steps")]
     assert skips == [(0, 0.0), (1, 1.0), (2, 1.0), (3, 1.0), (4, 2.0), (5, 2.0), (6, 2.0), (7, 2.0)]
+
+
+@pytest.mark.slow
+def test_the_paddlenlp_example_runs_as_written(tmp_path):
+    if not PYTHON:
+        pytest.skip("PADDLE_AMP_EXT_PADDLENLP_PYTHON is not set (bash scripts/test builds .venv-paddlenlp)")
+    example = Path(__file__).resolve().parent.parent / "examples" / "train_paddlenlp.py"
+    proc = subprocess.run([PYTHON, str(example), "--output-dir", "runs/nlp", "--max-steps", "4"], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "GradScaler: paddle_amp_ext.scaler, skipped steps 0, loss scale 1024" in proc.stdout
+    assert glob.glob(str(tmp_path / "runs/nlp/vdl/*/vdlrecords.*"))
