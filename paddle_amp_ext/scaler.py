@@ -292,8 +292,9 @@ class GradScaler(PaddleGradScaler):
         if self._static:
             return super().step(optimizer)
         clip = resolve_clip(grad_clip)
-        params = _parameters_of(optimizer, parameters)
         enabled = self.is_enable()
+        needs_params = parameters is not None or clip is not None or self.record_grad_norm or not enabled
+        params = _parameters_of(optimizer, parameters) if needs_params else []  # off the plain path
         scale_used = self._policy.scale if enabled else 1.0
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
