@@ -33,8 +33,10 @@ def main() -> bool:
     plain_model, plain_opt = build()
     emu_model, emu_opt = build()
 
-    def plain():
-        paddle.nn.functional.mse_loss(plain_model(x), y).backward()
+    def plain():  # inside the rehearsal's scope, so with autocast off: nothing of it is rounded
+        with amp.auto_cast(enable=False):
+            loss = paddle.nn.functional.mse_loss(plain_model(x), y)
+        loss.backward()
         plain_opt.step()
         plain_opt.clear_grad()
 

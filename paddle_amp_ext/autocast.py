@@ -105,6 +105,7 @@ def _auto_cast(
 ) -> Iterator[None]:
     level = str(level).upper()
     dtype = _normalize_dtype(dtype)
+    requested = enable
     enable, run_dtype = resolve_precision(enable, dtype, strict=strict)
     resolved = oplists.resolve(white, black, run_dtype, level)
     for note in resolved.mapped:
@@ -119,7 +120,15 @@ def _auto_cast(
         dtype=run_dtype,
         use_promote=use_promote,
     ):
-        yield
+        if _state.emulated_dtype() is None or _compat.in_static_mode() or (requested and not (white or black)):
+            yield  # no custom lists: the rehearsal's own lists stay in force
+            return
+        lists = _compat.tracer_op_lists()  # Paddle installed them, enable=False or not
+        token = _state.push_autocast(bool(requested), (*lists, level))  # the op-level rehearsal follows them
+        try:
+            yield
+        finally:
+            _state.pop_autocast(token)
 
 
 def auto_cast(

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterable
 
 import paddle
 
-from . import _compat
+from . import _compat, _state
 
 _BASE = "_paddle_amp_ext_kept_base"
 _paddle_auto_cast = _compat.paddle_auto_cast  # Paddle's own, also while paddle.amp is routed
@@ -32,11 +32,23 @@ _KEPT: Dict[type, type] = {}
 _LOCK = threading.Lock()
 
 
-def _fp32_scope() -> contextlib.AbstractContextManager:
-    """Autocast off where Paddle can turn it off: dygraph, and 3.x PIR programs."""
-    if paddle.in_dynamic_mode() or paddle.framework.in_pir_mode():
-        return _paddle_auto_cast(enable=False)
-    return contextlib.nullcontext()
+class _Fp32Scope:
+    """Autocast off where Paddle can turn it off (dygraph, 3.x PIR programs), and a float32
+    region for the rehearsal (nothing in it is rounded)."""
+
+    def __enter__(self) -> None:
+        dynamic_or_pir = paddle.in_dynamic_mode() or paddle.framework.in_pir_mode()
+        self._paddle = _paddle_auto_cast(enable=False) if dynamic_or_pir else contextlib.nullcontext()
+        self._paddle.__enter__()
+        self._token = _state.enter_fp32()
+
+    def __exit__(self, *exc: Any) -> Any:
+        _state.exit_fp32(self._token)
+        return self._paddle.__exit__(*exc)
+
+
+def _fp32_scope() -> _Fp32Scope:
+    return _Fp32Scope()
 
 
 def _kept_forward(self: paddle.nn.Layer, *args: Any, **kwargs: Any) -> Any:

@@ -9,8 +9,12 @@ inf, exactly as fp16 storage would make them, so underflow, overflow and loss sc
 rehearsed on a CPU. The real Paddle scaler machinery (``check_finite_and_unscale``, skip,
 update) runs inside the context.
 
+Functional ops AMP runs in low precision (``paddle.matmul``, ``paddle.einsum``, ``@``,
+``F.linear``) are rounded wherever they are called, inside a layer or not (:mod:`.ops`), by the
+lists of the innermost ``auto_cast`` entered inside the rehearsal, else the rehearsal's own.
+
 This emulates storage range and rounding. It does not emulate kernel speed, fp16 accumulation
-inside matmul/conv, or ops Paddle would cast that are not inside a recognised layer.
+inside matmul/conv, or "follow the inputs" ops (``add``, ``relu``) outside a recognised layer.
 
 Example:
     >>> with fp16_emulation(model):  # doctest: +SKIP
@@ -29,6 +33,7 @@ from .. import _compat, _state
 from ..autocast import effective_op_lists
 from ..config import AmpConfig
 from ..keep import is_kept_fp32, keep_fp32, release_fp32, select_layers
+from . import ops
 from .rounding import round_trip
 
 #: Leaf layer classes and the op types eager AMP looks up for them.
@@ -58,6 +63,9 @@ LAYER_OPS: Dict[str, Tuple[str, ...]] = {
     "MSELoss": ("elementwise_sub", "square", "reduce_mean"),
 }
 EMULATED_DTYPES = ("float16", "bfloat16")
+#: Leaf layers whose whole computation goes through an op-level entry point (``nn.Linear`` calls
+#: ``F.linear``): the op-level path rounds them, weights included, so they get no layer hooks.
+OP_LEVEL_LAYERS = frozenset({"Linear"})
 
 
 def quantize(tensor: Any, dtype: str = "float16") -> Any:
@@ -139,9 +147,12 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
         return quantize(grad, dtype)
 
     _compat.set_amp_state_dtype(dtype)  # what Paddle's own scaler checks in scale()
-    token = _state.push_emulation(dtype)
+    token = _state.push_emulation(dtype, (white, black, config.level if config else level))
+    ops.acquire()
     try:
         for _, layer in layers:
+            if type(layer).__name__ in OP_LEVEL_LAYERS:
+                continue
             handles.append(layer.register_forward_pre_hook(pre_hook))
             handles.append(layer.register_forward_post_hook(post_hook))
             for param in layer.parameters(include_sublayers=False):
@@ -153,5 +164,6 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
             handle.remove()
         for layer in kept:
             release_fp32(layer)
+        ops.release()
         _state.pop_emulation(token)
         _compat.set_amp_state_dtype(previous)

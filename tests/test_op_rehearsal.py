@@ -1,0 +1,105 @@
+"""Op-level rehearsal: functional ops AMP runs in fp16 are rounded wherever they are called."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_amp_ext as amp
+from paddle_amp_ext.rehearsal import ops
+
+BIG, TINY = 300.0, 1e-5  # BIG * BIG = 90000 > 65504; TINY * TINY = 1e-10 < fp16's 6e-8 subnormal
+
+
+def square_matrix(value):
+    return paddle.full([2, 2], value / 2 ** 0.5, dtype="float32")
+
+
+CALLS = {
+    "paddle.matmul": lambda a, b: paddle.matmul(a, b),
+    "paddle.einsum": lambda a, b: paddle.einsum("ij,jk->ik", a, b),
+    "@": lambda a, b: a @ b,
+    "Tensor.matmul": lambda a, b: a.matmul(b),
+    "F.linear": lambda a, b: paddle.nn.functional.linear(a, b),
+}
+
+
+@pytest.mark.parametrize("path", sorted(CALLS))
+def test_functional_ops_overflow_and_underflow_as_fp16_would(path):
+    call = CALLS[path]
+    big, tiny = square_matrix(BIG), square_matrix(TINY)
+    plain_big, plain_tiny = call(big, big).numpy(), call(tiny, tiny).numpy()
+    assert np.isfinite(plain_big).all() and (plain_tiny != 0).all(), "float32 holds both"
+    with amp.fp16_emulation(paddle.nn.Linear(1, 1)):
+        assert np.isposinf(call(big, big).numpy()).all()
+        assert (call(tiny, tiny).numpy() == 0).all()
+        with amp.auto_cast(custom_black_list=["matmul", "einsum"]):  # the enclosing auto_cast's lists decide
+            np.testing.assert_array_equal(call(big, big).numpy(), plain_big)
+    with amp.fp16_emulation(paddle.nn.Linear(1, 1), dtype="bfloat16"):
+        out = call(big, big).numpy()
+        assert np.isfinite(out).all() and not np.array_equal(out, plain_big), "bf16: float32's range, 8 bits"
+    np.testing.assert_array_equal(call(big, big).numpy(), plain_big)  # after the rehearsal: Paddle's own
+    assert not any(ops.wrapped_paths().values())
+
+
+def attention_model():
+    paddle.seed(0)
+    layer = paddle.nn.TransformerEncoderLayer(d_model=64, nhead=1, dim_feedforward=64, dropout=0.0)
+    attn = layer.self_attn
+    for proj in (attn.q_proj, attn.k_proj):
+        proj.weight.set_value(paddle.zeros_like(proj.weight))
+        proj.bias.set_value(paddle.full_like(proj.bias, 100.0))
+    return layer
+
+
+def test_attention_logits_overflow_under_rehearsal_and_not_with_matmul_black_listed():
+    """q.k = 64 x 12.5 x 100 = 80000: every Linear output (100) fits fp16, the logits do not."""
+    model, x = attention_model(), paddle.rand([2, 4, 64])
+    assert np.isfinite(model(x).numpy()).all()
+    with amp.fp16_emulation(model):
+        assert not np.isfinite(model(x).numpy()).all(), "the white-listed matmul writes inf, softmax makes NaN"
+    with amp.fp16_emulation(model, custom_black_list=["matmul"]):
+        assert np.isfinite(model(x).numpy()).all()
+    with amp.fp16_emulation(model):
+        with amp.auto_cast(custom_black_list=["matmul"]):
+            assert np.isfinite(model(x).numpy()).all()
+        with amp.auto_cast(enable=False):
+            assert np.isfinite(model(x).numpy()).all()
+
+
+def test_kept_layers_and_other_threads_are_not_rounded():
+    class Functional(paddle.nn.Layer):
+        def forward(self, a):
+            return paddle.matmul(a, a)
+
+    big = square_matrix(BIG)
+    kept = amp.keep_fp32(Functional())
+    seen = {}
+    inside, done = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait(10)
+        seen["other thread"] = bool(np.isfinite(paddle.matmul(big, big).numpy()).all())
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with amp.fp16_emulation(kept):
+        inside.set()
+        done.wait(10)
+        seen["kept"] = bool(np.isfinite(kept(big).numpy()).all())
+        seen["here"] = bool(np.isfinite(paddle.matmul(big, big).numpy()).all())
+    thread.join()
+    assert seen == {"other thread": True, "kept": True, "here": False}
+
+
+def test_gradients_through_a_rounded_op_are_rounded():
+    a = paddle.to_tensor([[1.0 + 2 ** -12]], stop_gradient=False)  # not an fp16 value
+    with amp.fp16_emulation(paddle.nn.Linear(1, 1)):
+        out = paddle.matmul(a, paddle.to_tensor([[3.0]]))
+        (out * (1.0 + 2 ** -13)).sum().backward()
+    assert out.numpy()[0, 0] == 3.0, "input rounded to 1.0, then 3.0 is exact"
+    assert a.grad.numpy()[0, 0] == 3.0, "the output gradient (1 + 2**-13) is rounded to 1, times 3"
