@@ -103,3 +103,30 @@ def test_gradients_through_a_rounded_op_are_rounded():
         (out * (1.0 + 2 ** -13)).sum().backward()
     assert out.numpy()[0, 0] == 3.0, "input rounded to 1.0, then 3.0 is exact"
     assert a.grad.numpy()[0, 0] == 3.0, "the output gradient (1 + 2**-13) is rounded to 1, times 3"
+
+
+def test_the_doctor_names_the_op_and_the_innermost_layer():
+    model = paddle.nn.Sequential(attention_model())
+    report = amp.find_overflow(model, paddle.rand([2, 4, 64]))
+    culprit = report.culprit
+    assert (culprit.op, culprit.layer, culprit.layer_type, culprit.direction) == (
+        "matmul_v2", "0.self_attn", "MultiHeadAttention", "forward")
+    assert 65504 < culprit.max_abs <= 80000 * 1.01
+    text = str(report)
+    assert "op 'matmul_v2' in layer '0.self_attn' (MultiHeadAttention)" in text
+    assert "keep_fp32(model, ['0.self_attn'])" in text and "custom_black_list=['matmul_v2']" in text
+    assert not any(ops.wrapped_paths().values()), "the doctor leaves Paddle's functions as they were"
+
+
+def test_overflow_watch_names_a_functional_op_when_a_step_overflows(caplog_amp):
+    model = attention_model()
+    watch = amp.OverflowWatch(model)
+    scaler = amp.GradScaler(hooks=[watch])
+    opt = paddle.optimizer.SGD(learning_rate=0.0, parameters=model.parameters())
+    with amp.fp16_emulation(model):
+        scaler.scale(model(paddle.rand([2, 4, 64])).mean()).backward()
+        assert scaler.step(opt).skipped
+        scaler.update()
+    watch.close()
+    assert watch.last_report.culprit.op == "matmul_v2" and watch.last_report.culprit.layer == "self_attn"
+    assert "op 'matmul_v2' in layer 'self_attn'" in caplog_amp.text

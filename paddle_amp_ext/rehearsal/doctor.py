@@ -17,6 +17,7 @@ Works on float32 models on a CPU: a value above 65504 there is one fp16 could no
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -24,6 +25,7 @@ import numpy as np
 import paddle
 
 from .._log import logger
+from . import ops
 from .emulation import LAYER_OPS
 
 LIMITS = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
@@ -31,18 +33,24 @@ LIMITS = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 @dataclass(frozen=True)
 class Finding:
-    """One layer whose value was non-finite or beyond the dtype's range."""
+    """One value that was non-finite or beyond the dtype's range.
+
+    ``op`` is set when a functional op produced it (``matmul_v2`` in attention), and ``layer``
+    is then the innermost layer it ran in; otherwise ``layer`` is the leaf layer that produced it.
+    """
 
     layer: str
     layer_type: str
     ops: Tuple[str, ...]
     direction: str  # "forward" or "backward"
     max_abs: float
+    op: Optional[str] = None
 
     @classmethod
-    def of(cls, name: str, layer: Any, direction: str, max_abs: float) -> Finding:
+    def of(cls, name: str, layer: Any, direction: str, max_abs: float, op: Optional[str] = None) -> Finding:
         kind = type(layer).__name__
-        return cls(name, kind, LAYER_OPS.get(kind, ()), direction, float(max_abs))
+        ops = (op,) if op else LAYER_OPS.get(kind, ())
+        return cls(name, kind, ops, direction, float(max_abs), op)
 
     def fixes(self, dtype: str) -> List[str]:
         out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"]
@@ -76,9 +84,11 @@ class OverflowReport:
             return f"Overflow doctor: every watched value fits {self.dtype} (|x| <= {self.limit:g})."
         value = "non-finite" if not math.isfinite(first.max_abs) else f"{first.max_abs:.4g}"
         ops = ", ".join(first.ops) or "unknown op"
+        where = (f"op {first.op!r} in layer {first.layer!r} ({first.layer_type})" if first.op else
+                 f"layer {first.layer!r} ({first.layer_type}: {ops})")
         lines = [
-            f"Overflow doctor: layer {first.layer!r} ({first.layer_type}: {ops}) produced max "
-            f"|value| {value} in the {first.direction} pass, beyond {self.dtype}'s {self.limit:g}.",
+            f"Overflow doctor: {where} produced max |value| {value} in the {first.direction} pass, "
+            f"beyond {self.dtype}'s {self.limit:g}.",
             "Fixes: " + "; ".join(first.fixes(self.dtype)) + ".",
         ]
         return "\n".join(lines)
@@ -101,37 +111,59 @@ def _check_model(model: Any) -> None:
 
 
 class _Recorder:
-    """Forward/backward max-abs of every leaf layer, kept on the device until analysed."""
+    """Forward/backward max-abs of every leaf layer and every functional op (:mod:`.ops`), kept
+    on the device until analysed; an op is named with the innermost layer it ran in."""
 
     def __init__(self, model: paddle.nn.Layer, on_record: Optional[Callable[..., None]] = None):
-        self.records: List[Tuple[str, paddle.nn.Layer, str, paddle.Tensor]] = []
+        self.records: List[Tuple[str, Any, str, paddle.Tensor, Optional[str]]] = []
         self._on_record = on_record
         self._handles: List[Any] = []
+        self._stack: List[Tuple[str, Any]] = []  # the layers running now, outermost first
+        self._thread = threading.get_ident()
         for name, layer in model.named_sublayers(include_self=True):
-            if list(layer.children()):
-                continue
-            self._handles.append(layer.register_forward_pre_hook(self._pre(name or type(layer).__name__)))
-            self._handles.append(layer.register_forward_post_hook(self._post(name or type(layer).__name__)))
+            label = name or type(layer).__name__
+            self._handles.append(layer.register_forward_pre_hook(self._pre(label)))
+            self._handles.append(layer.register_forward_post_hook(self._post(label, leaf=not list(layer.children()))))
+        ops.acquire()
+        self._observer = ops.observe(self._on_op)
+        self._observer.__enter__()
 
-    def _add(self, name: str, layer: Any, direction: str, value: paddle.Tensor) -> None:
+    def _add(self, name: str, layer: Any, direction: str, value: paddle.Tensor, op: Optional[str] = None) -> None:
         stat = paddle.max(paddle.abs(value.detach().astype("float32")))
-        self.records.append((name, layer, direction, stat))
+        self.records.append((name, layer, direction, stat, op))
         if self._on_record is not None:
             self._on_record(name, layer, direction, stat)
 
     def _pre(self, name: str) -> Callable:
         def hook(layer: Any, inputs: Any) -> None:
+            self._stack.append((name, layer))
+            if list(layer.children()):
+                return
             for item in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
                 if isinstance(item, paddle.Tensor) and item.is_floating_point() and not item.stop_gradient:
                     item.register_hook(lambda g, n=name, lay=layer: self._add(n, lay, "backward", g))
         return hook
 
-    def _post(self, name: str) -> Callable:
+    def _post(self, name: str, leaf: bool) -> Callable:
         def hook(layer: Any, inputs: Any, output: Any) -> None:
+            if self._stack and self._stack[-1][1] is layer:
+                self._stack.pop()
+            if not leaf:
+                return
             first = output[0] if isinstance(output, (list, tuple)) and output else output
             if isinstance(first, paddle.Tensor) and first.is_floating_point() and first.size > 0:
                 self._add(name, layer, "forward", first)
         return hook
+
+    def _on_op(self, op: str, out: Any) -> None:
+        if threading.get_ident() != self._thread or not self._stack or not isinstance(out, paddle.Tensor):
+            return
+        if not out.is_floating_point() or out.size == 0:
+            return
+        name, layer = self._stack[-1]
+        self._add(name, layer, "forward", out, op)
+        if not out.stop_gradient:
+            out.register_hook(lambda g, n=name, lay=layer, o=op: self._add(n, lay, "backward", g, o))
 
     def analyse(self, dtype: str, limit: float) -> OverflowReport:
         """One host read of all recorded stats; forward findings first, then backward."""
@@ -140,18 +172,23 @@ class _Recorder:
         values = paddle.stack([r[3].reshape([1]) for r in self.records]).numpy().reshape(-1)
         found = []
         for direction in ("forward", "backward"):
-            for (name, layer, d, _), value in zip(self.records, values):
+            for (name, layer, d, _, op), value in zip(self.records, values):
                 if d == direction and not (np.isfinite(value) and value <= limit):
-                    found.append(Finding.of(name, layer, d, value))
+                    found.append(Finding.of(name, layer, d, value, op))
         return OverflowReport(dtype, limit, tuple(found))
 
     def clear(self) -> None:
         self.records = []
+        self._stack = []
 
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if self._observer is not None:
+            self._observer.__exit__()
+            self._observer = None
+            ops.release()
 
 
 def find_overflow(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = None,
