@@ -130,3 +130,32 @@ def test_overflow_watch_names_a_functional_op_when_a_step_overflows(caplog_amp):
     watch.close()
     assert watch.last_report.culprit.op == "matmul_v2" and watch.last_report.culprit.layer == "self_attn"
     assert "op 'matmul_v2' in layer 'self_attn'" in caplog_amp.text
+
+
+ATTENTION_SCRIPT = """
+import paddle
+paddle.seed(0)
+layer = paddle.nn.TransformerEncoderLayer(d_model=64, nhead=1, dim_feedforward=64, dropout=0.0)
+for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+    proj.weight.set_value(paddle.zeros_like(proj.weight))
+    proj.bias.set_value(paddle.full_like(proj.bias, 100.0))
+model = paddle.nn.Sequential(layer)
+try:
+    model(paddle.rand([2, 4, 64])).mean().backward()
+except Exception:
+    pass
+"""
+
+
+def test_the_doctor_cli_names_the_op_and_the_layer_in_a_script(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "attention.py"
+    script.write_text(ATTENTION_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.doctor", "--json", str(script)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    finding = json.loads(proc.stdout)["finding"]
+    assert (finding["op"], finding["layer"], finding["direction"]) == ("matmul_v2", "0.self_attn", "forward")

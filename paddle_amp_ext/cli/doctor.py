@@ -55,7 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "dtype": report.dtype,
         "limit": report.limit,
         "finding": None if culprit is None else {
-            "layer": culprit.layer, "layer_type": culprit.layer_type, "ops": list(culprit.ops),
+            "layer": culprit.layer, "layer_type": culprit.layer_type, "op": culprit.op, "ops": list(culprit.ops),
             "direction": culprit.direction, "max_abs": culprit.max_abs, "fixes": culprit.fixes(report.dtype)},
         "script_exit_code": run.exit_code,
         "script_error": None if run.error is None else repr(run.error),

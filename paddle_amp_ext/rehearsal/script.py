@@ -1,8 +1,9 @@
 """``python -m paddle_amp_ext.doctor SCRIPT [ARGS]``: run a training script, stop at the first overflow.
 
-Every leaf layer call is checked while the script runs (``paddle.nn.Layer.__call__`` is wrapped
-for the duration of the run, in this process only): the forward output, and through tensor
-hooks the gradient each layer's backward produces. Each check reads one value back to the host,
+Every leaf layer call and every functional op of :mod:`.ops` (``paddle.matmul`` in attention,
+``F.linear``, ``@``) is checked while the script runs (``paddle.nn.Layer.__call__`` and those
+entry points are wrapped for the duration of the run, in this process only): the forward output,
+and through tensor hooks the gradient the backward produces. Each check reads one value back to the host,
 so this is a diagnostic run, not a training run.
 """
 
@@ -15,6 +16,7 @@ import numpy as np
 import paddle
 
 from ..scripting import check_script, run_as_main
+from . import ops
 from .doctor import LIMITS, Finding, OverflowReport
 
 
@@ -28,7 +30,8 @@ class _OverflowFoundError(BaseException):
 
 
 class _ScriptWatch:
-    """Checks every leaf layer call of a running script (a host read per call: diagnostic only)."""
+    """Checks every leaf layer call and every functional op (:mod:`.ops`) of a running script
+    (a host read per check: diagnostic only); an op is named with the innermost layer it ran in."""
 
     def __init__(self, limit: float, loss_scale: float) -> None:
         self.limit, self.loss_scale = limit, loss_scale
@@ -36,15 +39,28 @@ class _ScriptWatch:
         self.pending: Optional[Finding] = None
         self.calls = 0
         self._depth = 0
+        self._running: List[Any] = []  # the layers running now, outermost first
 
     def _name(self, layer: Any) -> str:
         return self.names.get(id(layer)) or f"{layer.full_name()}"
 
-    def _check(self, layer: Any, direction: str, value: paddle.Tensor, factor: float) -> Optional[Finding]:
+    def _check(self, layer: Any, direction: str, value: paddle.Tensor, factor: float,
+               op: Optional[str] = None) -> Optional[Finding]:
         peak = float(paddle.max(paddle.abs(value.detach().astype("float32"))).numpy().reshape(-1)[0]) * factor
         if np.isfinite(peak) and peak <= self.limit:
             return None
-        return Finding.of(self._name(layer), layer, direction, peak)
+        return Finding.of(self._name(layer), layer, direction, peak, op)
+
+    def on_op(self, op: str, out: Any) -> None:
+        """A functional op ran: check its output now, its gradient in the backward pass."""
+        if not self._running or not isinstance(out, paddle.Tensor) or not out.is_floating_point() or out.size == 0:
+            return
+        layer = self._running[-1]
+        found = self._check(layer, "forward", out, 1.0, op)
+        if found is not None:
+            raise _OverflowFoundError(found)
+        if not out.stop_gradient:
+            out.register_hook(lambda g, lay=layer, o=op: self._on_grad(lay, g, o))
 
     def wrap(self, original: Callable) -> Callable:
         watch = self
@@ -56,10 +72,12 @@ class _ScriptWatch:
                 for qual, sub in layer.named_sublayers(include_self=True):
                     watch.names.setdefault(id(sub), qual or type(sub).__name__)
             watch._depth += 1
+            watch._running.append(layer)
             try:
                 output = original(layer, *args, **kwargs)
             finally:
                 watch._depth -= 1
+                watch._running.pop()
             if list(layer.children()):
                 return output
             watch.calls += 1
@@ -75,9 +93,9 @@ class _ScriptWatch:
 
         return __call__
 
-    def _on_grad(self, layer: Any, grad: paddle.Tensor) -> None:
+    def _on_grad(self, layer: Any, grad: paddle.Tensor, op: Optional[str] = None) -> None:
         if self.pending is None:
-            self.pending = self._check(layer, "backward", grad, self.loss_scale)
+            self.pending = self._check(layer, "backward", grad, self.loss_scale, op)
 
 
 @dataclass(frozen=True)
@@ -110,13 +128,16 @@ def run_script(path: str, argv: List[str], dtype: str = "float16", loss_scale: f
     watch = _ScriptWatch(LIMITS[dtype], loss_scale)
     original = paddle.nn.Layer.__call__
     paddle.nn.Layer.__call__ = watch.wrap(original)
+    ops.acquire()
     code: Optional[int]
     try:
-        end = run_as_main(path, argv)
+        with ops.observe(watch.on_op):
+            end = run_as_main(path, argv)
         code, error = end.exit_code, end.error
     except _OverflowFoundError as stop:
         watch.pending, code, error = stop.finding, None, None
     finally:
+        ops.release()
         paddle.nn.Layer.__call__ = original
     found = (watch.pending,) if watch.pending is not None else ()
     return ScriptRun(OverflowReport(dtype, LIMITS[dtype], found), code, error)
