@@ -34,7 +34,7 @@ from .gate import AmpDecision, DeviceInfo, decide
 from .integrations import hapi_amp_configs, route, routed, unroute
 from .keep import keep_fp32
 from .legacy import AmpScaler, amp_decorate, amp_guard
-from .rehearsal import OverflowWatch, find_overflow, fp16_emulation
+from .rehearsal import OverflowWatch, advise, find_overflow, fp16_emulation
 from .scaler import GradScaler
 
 _LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}
@@ -77,6 +77,7 @@ __all__ = [
     "VisualDLCallback",
     "VisualDLHook",
     "__version__",
+    "advise",
     "amp_decorate",
     "amp_guard",
     "auto_cast",

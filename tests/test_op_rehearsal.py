@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -159,3 +160,54 @@ def test_the_doctor_cli_names_the_op_and_the_layer_in_a_script(tmp_path):
     assert proc.returncode == 1, proc.stderr[-3000:]
     finding = json.loads(proc.stdout)["finding"]
     assert (finding["op"], finding["layer"], finding["direction"]) == ("matmul_v2", "0.self_attn", "forward")
+
+
+# --------------------------------------------------------------------------- the advisor
+def test_advice_for_the_attention_model_makes_its_rehearsal_clean():
+    model, x = paddle.nn.Sequential(attention_model()), paddle.rand([2, 4, 64])
+    with amp.fp16_emulation(model):
+        assert not np.isfinite(model(x).numpy()).all()
+    advice = amp.advise(model, x, loss_fn=lambda out: out.mean())
+    assert (advice.dtype, advice.fp32_layers, advice.clean) == ("float16", ("0.self_attn",), True)
+    config = advice.to_config()
+    assert config.fp32_layers == ("0.self_attn",) and math.log2(advice.init_loss_scaling).is_integer()
+    assert amp.AmpConfig.from_dict(config.to_dict()) == config
+    with amp.fp16_emulation(model, config=config):
+        assert np.isfinite(model(x).numpy()).all(), "applying the advice makes the rehearsal clean"
+    text = str(advice)
+    assert "matmul_v2 in 0.self_attn" in text and "keep '0.self_attn' in float32" in text and "clean" in text
+    assert all(p.grad is None for p in model.parameters()), "the model's gradients are left cleared"
+
+
+def test_advice_proposes_a_loss_scale_from_the_gradient_range_and_bf16_when_fp16_cannot_be_saved():
+    paddle.seed(0)
+    model = paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.ReLU(), paddle.nn.Linear(16, 1))
+    x = paddle.randn([4, 8])
+    advice = amp.advise(model, x, loss_fn=lambda out: out.mean() * 1e-6)
+    low, high = advice.grad_range
+    assert advice.clean and advice.fp32_layers == () and 0 < low <= high
+    assert high * advice.init_loss_scaling <= 65504 / 2 < high * advice.init_loss_scaling * 4 or \
+        advice.init_loss_scaling == 2.0**24
+
+    class Blowup(paddle.nn.Layer):  # the model's own output does not fit fp16: no layer to keep
+        def forward(self, a):
+            return a * 1e6
+
+    blown = amp.advise(Blowup(), x, dtype="float16")
+    assert blown.dtype == "bfloat16" and blown.clean and "use bfloat16" in str(blown)
+
+
+def test_the_doctor_cli_writes_the_advice_as_amp_toml(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "attention.py"
+    script.write_text(ATTENTION_SCRIPT)
+    out = tmp_path / "amp.toml"
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.doctor", "--advise", str(out), "--json",
+                           str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["clean"] and data["fp32_layers"] == ["0.self_attn"]
+    assert amp.AmpConfig.from_file(out).fp32_layers == ("0.self_attn",)

@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--loss-scale", type=positive_float, default=1.0,
                         help="check backward values as if the loss were scaled by this (> 0)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--advise", metavar="AMP_TOML",
+                        help="instead: run the script to its first model call, measure that batch in float32 and in "
+                             "rehearsal, print the advice and write the proposed config to AMP_TOML (exit 0 when the "
+                             "rehearsal with it is clean, 1 when not)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -41,6 +45,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = parse(build_parser(), argv)
     except UsageError as exc:
         return fail(PROG, str(exc))
+    if args.advise:
+        return _advise(args)
     try:
         run = run_script(args.script, args.args, args.dtype, args.loss_scale)
     except FileNotFoundError as exc:
@@ -66,6 +72,32 @@ def main(argv: Optional[List[str]] = None) -> int:
              f"the script exited with code {run.exit_code}")
     emit(data, f"{report}\n({ended}; exit code {code})", args.json)
     return code
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from ..rehearsal.advisor import advise
+    from ..rehearsal.script import capture_first_call
+
+    try:
+        call = capture_first_call(args.script, args.args)
+    except FileNotFoundError as exc:
+        return fail(PROG, str(exc))
+    if call is None:
+        return fail(PROG, f"{args.script} ended without calling a paddle.nn.Layer: nothing to advise on.")
+    model, inputs, kwargs = call
+    if kwargs:
+        return fail(PROG, f"the script's first model call passes keyword inputs {sorted(kwargs)}: call "
+                          "paddle_amp_ext.advise(model, ...) from Python instead.")
+    advice = advise(model, *inputs, dtype=args.dtype)
+    try:
+        with open(args.advise, "w", encoding="utf-8") as out:
+            out.write(advice.to_config().to_toml())
+    except OSError as exc:
+        return fail(PROG, f"cannot write --advise {args.advise!r}: {exc}")
+    data = {"dtype": advice.dtype, "fp32_layers": list(advice.fp32_layers), "clean": advice.clean,
+            "config": args.advise, "notes": list(advice.notes)}
+    emit(data, f"{advice}\nWrote {args.advise}.", args.json)
+    return OK if advice.clean else FOUND
 
 
 if __name__ == "__main__":

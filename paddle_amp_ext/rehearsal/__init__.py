@@ -3,13 +3,16 @@
 - :mod:`.rounding`: exact fp16/bf16 rounding of float32 tensors on both Paddle versions.
 - :mod:`.emulation`: :func:`fp16_emulation`, the rehearsal context.
 - :mod:`.doctor`: :func:`find_overflow`, :class:`OverflowWatch` and their reports.
+- :mod:`.ops`: op-level rehearsal and watching of functional ops (``paddle.matmul``, ``@``, ...).
+- :mod:`.advisor`: :func:`advise`, the config that makes a model's rehearsal clean.
 - :mod:`.script`: the doctor's script runner (``python -m paddle_amp_ext.doctor``).
 """
 
 from __future__ import annotations
 
+from .advisor import Advice, advise
 from .doctor import LIMITS, Finding, OverflowReport, OverflowWatch, find_overflow
 from .emulation import LAYER_OPS, fp16_emulation, quantize
 
-__all__ = ["LAYER_OPS", "LIMITS", "Finding", "OverflowReport", "OverflowWatch", "find_overflow", "fp16_emulation",
-           "quantize"]
+__all__ = ["LAYER_OPS", "LIMITS", "Advice", "Finding", "OverflowReport", "OverflowWatch", "advise", "find_overflow",
+           "fp16_emulation", "quantize"]

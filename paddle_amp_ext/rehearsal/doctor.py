@@ -25,6 +25,7 @@ import numpy as np
 import paddle
 
 from .._log import logger
+from ..keep import is_kept_fp32
 from . import ops
 from .emulation import LAYER_OPS
 
@@ -114,8 +115,11 @@ class _Recorder:
     """Forward/backward max-abs of every leaf layer and every functional op (:mod:`.ops`), kept
     on the device until analysed; an op is named with the innermost layer it ran in."""
 
-    def __init__(self, model: paddle.nn.Layer, on_record: Optional[Callable[..., None]] = None):
+    def __init__(self, model: paddle.nn.Layer, on_record: Optional[Callable[..., None]] = None,
+                 keep_values: bool = False):
         self.records: List[Tuple[str, Any, str, paddle.Tensor, Optional[str]]] = []
+        self.values: List[paddle.Tensor] = []  # a float32 copy of each recorded value, with keep_values
+        self._keep_values = keep_values
         self._on_record = on_record
         self._handles: List[Any] = []
         self._stack: List[Tuple[str, Any]] = []  # the layers running now, outermost first
@@ -131,13 +135,19 @@ class _Recorder:
     def _add(self, name: str, layer: Any, direction: str, value: paddle.Tensor, op: Optional[str] = None) -> None:
         stat = paddle.max(paddle.abs(value.detach().astype("float32")))
         self.records.append((name, layer, direction, stat, op))
+        if self._keep_values:
+            self.values.append(value.detach().astype("float32").clone())
         if self._on_record is not None:
             self._on_record(name, layer, direction, stat)
+
+    def _in_fp32(self) -> bool:
+        """Inside a ``keep_fp32`` layer: float32 values there need not fit the low-precision range."""
+        return any(is_kept_fp32(layer) for _, layer in self._stack)
 
     def _pre(self, name: str) -> Callable:
         def hook(layer: Any, inputs: Any) -> None:
             self._stack.append((name, layer))
-            if list(layer.children()):
+            if list(layer.children()) or self._in_fp32():
                 return
             for item in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
                 if isinstance(item, paddle.Tensor) and item.is_floating_point() and not item.stop_gradient:
@@ -146,9 +156,10 @@ class _Recorder:
 
     def _post(self, name: str, leaf: bool) -> Callable:
         def hook(layer: Any, inputs: Any, output: Any) -> None:
+            kept = self._in_fp32()
             if self._stack and self._stack[-1][1] is layer:
                 self._stack.pop()
-            if not leaf:
+            if not leaf or kept:
                 return
             first = output[0] if isinstance(output, (list, tuple)) and output else output
             if isinstance(first, paddle.Tensor) and first.is_floating_point() and first.size > 0:
@@ -158,7 +169,7 @@ class _Recorder:
     def _on_op(self, op: str, out: Any) -> None:
         if threading.get_ident() != self._thread or not self._stack or not isinstance(out, paddle.Tensor):
             return
-        if not out.is_floating_point() or out.size == 0:
+        if not out.is_floating_point() or out.size == 0 or self._in_fp32():
             return
         name, layer = self._stack[-1]
         self._add(name, layer, "forward", out, op)
@@ -178,7 +189,7 @@ class _Recorder:
         return OverflowReport(dtype, limit, tuple(found))
 
     def clear(self) -> None:
-        self.records = []
+        self.records, self.values = [], []
         self._stack = []
 
     def remove(self) -> None:

@@ -141,3 +141,32 @@ def run_script(path: str, argv: List[str], dtype: str = "float16", loss_scale: f
         paddle.nn.Layer.__call__ = original
     found = (watch.pending,) if watch.pending is not None else ()
     return ScriptRun(OverflowReport(dtype, LIMITS[dtype], found), code, error)
+
+
+class _Captured(BaseException):
+    def __init__(self, layer: Any, args: tuple, kwargs: dict) -> None:
+        super().__init__("captured")
+        self.call = (layer, args, kwargs)
+
+
+def capture_first_call(path: str, argv: List[str]) -> Optional[tuple]:
+    """Run a script until its first top-level layer call; return (model, args, kwargs), or None
+    when the script ends without calling a layer. The script stops there.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+    """
+    check_script(path)
+    original = paddle.nn.Layer.__call__
+
+    def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+        raise _Captured(layer, args, kwargs)
+
+    paddle.nn.Layer.__call__ = __call__
+    try:
+        run_as_main(path, argv)
+    except _Captured as captured:
+        return captured.call
+    finally:
+        paddle.nn.Layer.__call__ = original
+    return None

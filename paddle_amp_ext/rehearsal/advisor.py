@@ -1,0 +1,238 @@
+"""The AMP advisor: measure a model in float32 and in rehearsal, propose the config that makes it safe.
+
+:func:`advise` runs one batch in float32 and under :func:`fp16_emulation`, records every leaf
+layer's and functional op's values (forward and, with ``loss_fn``, backward), and measures per
+place: the overflow margin (the dtype's largest value over max |x|), the fraction of non-zero
+values the dtype flushes to zero, and the error of the rehearsed values against float32. From the
+gradient range it proposes an initial loss scale. It proposes ``fp32_layers`` for the layers (or
+the innermost layer around an op) whose values do not fit, and ``bfloat16`` where float16 cannot
+be made safe that way; it then rehearses the model again with the proposal and checks that the
+result is clean. Paddle's ``amp.debugging.compare_accuracy`` needs two GPU runs and an Excel
+sheet; this needs a CPU.
+
+Example:
+    >>> advice = advise(model, x, loss_fn=lambda out: out.mean())  # doctest: +SKIP
+    >>> print(advice)                  # a table, then the proposal
+    >>> cfg = advice.to_config()       # an AmpConfig; cfg.to_toml() for amp.toml
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Tuple
+
+import numpy as np
+import paddle
+
+from ..config import AmpConfig
+from .doctor import LIMITS, _check_model, _Recorder
+from .emulation import fp16_emulation
+
+#: The smallest positive value each dtype holds (below half of it a value rounds to zero).
+SMALLEST = {"float16": 2.0**-24, "bfloat16": 2.0**-133}
+
+
+@dataclass(frozen=True)
+class Place:
+    """One recorded place: a leaf layer's value or a functional op's, forward or backward."""
+
+    layer: str
+    op: Optional[str]
+    direction: str
+    max_abs: float
+    flushed: float  # fraction of non-zero values below the dtype's smallest value
+    error: Optional[float]  # max relative error of the rehearsed value against float32
+
+    @property
+    def where(self) -> str:
+        return f"{self.op} in {self.layer}" if self.op else self.layer
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What :func:`advise` measured and proposes; ``print`` it, or ``to_config()``."""
+
+    dtype: str
+    limit: float
+    places: Tuple[Place, ...]
+    fp32_layers: Tuple[str, ...]
+    init_loss_scaling: float
+    grad_range: Tuple[float, float]  # (smallest non-zero, largest) |gradient| in float32
+    clean: bool  # the rehearsal with the proposal had no inf/nan and nothing beyond the range
+    notes: Tuple[str, ...] = field(default=())
+
+    def to_config(self, base: Optional[AmpConfig] = None) -> AmpConfig:
+        """The proposal as an :class:`AmpConfig` (on top of ``base``)."""
+        base = base or AmpConfig()
+        scaling = dict(init_loss_scaling=self.init_loss_scaling) if self.dtype == "float16" else {}
+        return base.replace(dtype=self.dtype, fp32_layers=tuple(self.fp32_layers), **scaling)
+
+    def __str__(self) -> str:
+        rows = sorted(self.places, key=lambda p: (p.max_abs / self.limit) if math.isfinite(p.max_abs) else math.inf,
+                      reverse=True)[:12]
+        lines = [f"AMP advisor ({self.dtype}): the {len(rows)} places closest to {self.dtype}'s range "
+                 f"(of {len(self.places)} recorded)",
+                 f"{'where':40} {'pass':8} {'max |x|':>10} {'margin':>8} {'flushed':>8} {'error':>9}"]
+        for p in rows:
+            margin = "inf/nan" if not math.isfinite(p.max_abs) else (
+                f"{self.limit / p.max_abs:.3g}" if p.max_abs else "-")
+            error = "-" if p.error is None else f"{p.error:.2e}"
+            lines.append(f"{p.where[:40]:40} {p.direction:8} {p.max_abs:10.3g} {margin:>8} {p.flushed:8.1%} {error:>9}")
+        low, high = self.grad_range
+        lines.append("")
+        lines.append(f"Gradients in float32: |g| from {low:.3g} to {high:.3g}")
+        lines += [f"Note: {note}" for note in self.notes]
+        lines.append(f"Proposal: dtype={self.dtype!r}, fp32_layers={list(self.fp32_layers)}"
+                     + (f", init_loss_scaling={self.init_loss_scaling:g}" if self.dtype == "float16" else "")
+                     + f" -> rehearsal with it is {'clean' if self.clean else 'NOT clean'}.")
+        return "\n".join(lines)
+
+
+def _grad_range(model: Any) -> Tuple[float, float]:
+    low, high = math.inf, 0.0
+    for param in model.parameters():
+        if param.grad is None:
+            continue
+        g = np.abs(param.grad.numpy().astype(np.float64))
+        nonzero = g[g > 0]
+        if nonzero.size:
+            low, high = min(low, float(nonzero.min())), max(high, float(nonzero.max()))
+    return (0.0 if low == math.inf else low), high
+
+
+def _loss_scale(high: float, limit: float) -> float:
+    """The largest power of two that keeps the largest gradient at most half the range."""
+    if not high or not math.isfinite(high):
+        return 1.0
+    return float(2.0 ** min(24, max(0, math.floor(math.log2(limit / (2 * high))))))
+
+
+class _Capture:
+    """Records the max |x|, flushed fraction and a copy of every place's value."""
+
+    def __init__(self, dtype: str) -> None:
+        self.tiny = SMALLEST[dtype]
+
+    def run(self, model: Any, inputs: Tuple[Any, ...], loss_fn: Optional[Callable]) -> List[Tuple]:
+        recorder = _Recorder(model, keep_values=True)
+        try:
+            output = model(*inputs)
+            if loss_fn is not None:
+                loss_fn(output).backward()
+            records, copies = list(recorder.records), list(recorder.values)
+        finally:
+            recorder.remove()
+        out = []
+        for (name, _, direction, _, op), value in zip(records, copies):
+            array = value.numpy()
+            size = np.abs(array)
+            nonzero = size[size > 0]
+            flushed = float((nonzero < self.tiny / 2).mean()) if nonzero.size else 0.0
+            out.append((name, op, direction, float(size.max()) if size.size else 0.0, flushed, array))
+        return out
+
+
+def advise(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = None,
+           dtype: str = "float16") -> Advice:
+    """Measure ``model`` on ``inputs`` in float32 and in rehearsal; propose a safe AMP config.
+
+    Args:
+        model: the model (its gradients are cleared afterwards).
+        inputs: one batch of positional inputs.
+        loss_fn: ``loss_fn(output) -> loss``; with it gradients are measured and a loss scale
+            proposed.
+        dtype: ``"float16"`` or ``"bfloat16"``.
+
+    Returns:
+        :class:`Advice`; ``advice.to_config()`` is the proposal as an AmpConfig.
+
+    Raises:
+        TypeError: ``model`` is not a ``paddle.nn.Layer``.
+        ValueError: an unknown dtype.
+    """
+    _check_model(model)
+    if dtype not in LIMITS:
+        raise ValueError(f"dtype must be one of {tuple(LIMITS)}. Received: dtype={dtype!r}")
+    limit, capture = LIMITS[dtype], _Capture(dtype)
+    try:
+        float32 = capture.run(model, inputs, loss_fn)
+        grads = _grad_range(model) if loss_fn is not None else (0.0, 0.0)
+        _clear(model)
+        with fp16_emulation(model, dtype=dtype):
+            rehearsed = capture.run(model, inputs, loss_fn)
+        _clear(model)
+        places = _places(float32, rehearsed)
+        backward = [p.max_abs for p in places if p.direction == "backward" and math.isfinite(p.max_abs)]
+        scale = _loss_scale(max([grads[1], *backward]), limit) if loss_fn is not None else 2.0**16
+        layers, notes = _too_big(places, limit, root=type(model).__name__)
+        proposal, clean = dtype, False
+        if dtype == "float16" and type(model).__name__ in layers:  # keeping the whole model is no AMP at all
+            notes.append("the model's own computation does not fit float16: use bfloat16 (CC >= 8.0).")
+            proposal, layers = "bfloat16", []
+        for _ in range(3):  # check the proposal by rehearsing with it; widen it when needed
+            config = AmpConfig(dtype=proposal, fp32_layers=tuple(layers))
+            clean, more = _rehearse_clean(model, inputs, loss_fn, config, scale if proposal == "float16" else 1.0)
+            _clear(model)
+            if clean:
+                break
+            if more and proposal == "float16":
+                layers = sorted(set(layers) | set(more))
+                continue
+            if proposal == "float16":
+                notes.append("float16 cannot be made safe by keeping layers in float32: use bfloat16 (CC >= 8.0).")
+                proposal, layers = "bfloat16", []
+        return Advice(proposal, LIMITS[proposal], tuple(places), tuple(layers), scale, grads, clean, tuple(notes))
+    finally:
+        _clear(model)
+
+
+def _clear(model: Any) -> None:
+    for param in model.parameters():
+        param.clear_gradient(False)
+
+
+def _places(float32: list, rehearsed: list) -> List[Place]:
+    out = []
+    same = len(float32) == len(rehearsed)
+    for i, (name, op, direction, max_abs, flushed, array) in enumerate(float32):
+        error = None
+        if same and rehearsed[i][:3] == (name, op, direction) and rehearsed[i][5].shape == array.shape:
+            scale = float(np.abs(array).max()) or 1.0
+            with np.errstate(invalid="ignore", over="ignore"):
+                error = float(np.abs(rehearsed[i][5].astype(np.float64) - array).max() / scale)
+        rflushed = rehearsed[i][4] if same else flushed
+        out.append(Place(name, op, direction, max_abs, max(flushed, rflushed), error))
+    return out
+
+
+def _too_big(places: List[Place], limit: float, root: str) -> Tuple[List[str], List[str]]:
+    """Layers to keep in float32: where a forward value does not fit the range in float32
+    (``root``, the model's own label, stands for the whole model)."""
+    layers, notes = [], []
+    for p in places:
+        if p.direction == "forward" and not (math.isfinite(p.max_abs) and p.max_abs <= limit) and p.layer:
+            if p.layer not in layers:
+                layers.append(p.layer)
+                if p.layer != root:
+                    notes.append(f"{p.where} reaches {p.max_abs:.3g} in float32, beyond {limit:g}: keep "
+                                 f"{p.layer!r} in float32.")
+    return layers, notes
+
+
+def _rehearse_clean(model: Any, inputs: Tuple[Any, ...], loss_fn: Optional[Callable], config: AmpConfig,
+                    scale: float) -> Tuple[bool, List[str]]:
+    """Whether a rehearsal with ``config`` (and the loss scale) is free of inf/nan and overflow;
+    the layers that still overflow in the forward pass otherwise."""
+    limit = LIMITS[config.dtype]
+    with fp16_emulation(model, dtype=config.dtype, config=config):
+        recorder = _Recorder(model)
+        try:
+            output = model(*inputs)
+            if loss_fn is not None:
+                (loss_fn(output) * scale).backward()
+            report = recorder.analyse(config.dtype, limit)
+        finally:
+            recorder.remove()
+    more = [f.layer for f in report.findings if f.direction == "forward" and f.layer]
+    return not report.findings, more
