@@ -34,7 +34,7 @@ from .gate import AmpDecision, DeviceInfo, decide
 from .integrations import hapi_amp_configs, route, routed, unroute
 from .keep import keep_fp32
 from .legacy import AmpScaler, amp_decorate, amp_guard
-from .rehearsal import OverflowWatch, advise, find_overflow, fp16_emulation
+from .rehearsal import OverflowWatch, advise, find_overflow, fp16_emulation, rehearse
 from .scaler import GradScaler
 
 _LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}
@@ -91,6 +91,7 @@ __all__ = [
     "is_float16_supported",
     "keep_fp32",
     "probe",
+    "rehearse",
     "route",
     "routed",
     "unroute",

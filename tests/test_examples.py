@@ -75,3 +75,13 @@ def test_plain_paddle_amp_script_is_guarded_when_run_through_the_launcher(tmp_pa
                            "--steps", "8"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "weights finite: True" in proc.stdout and "GradScaler 0: 8 steps, 1 skipped" in proc.stderr
+
+
+def test_run_emulate_rehearses_an_unmodified_script(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.run", "--no-log", "--json", "--emulate", "float16",
+                           str(EXAMPLES / "plain_paddle_amp.py"), "--steps", "8"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (scaler,) = json.loads(proc.stdout.strip().splitlines()[-1])["scalers"]
+    assert (scaler["steps"], scaler["skipped"]) == (8, 1)
+    assert (scaler["loss_scale_min"], scaler["loss_scale_max"]) == (512.0, 1024.0), "the scaler ran for real"

@@ -211,3 +211,19 @@ def test_the_doctor_cli_writes_the_advice_as_amp_toml(tmp_path):
     data = json.loads(proc.stdout)
     assert data["clean"] and data["fp32_layers"] == ["0.self_attn"]
     assert amp.AmpConfig.from_file(out).fp32_layers == ("0.self_attn",)
+
+
+def test_rehearse_without_a_model_rounds_ops_and_turns_the_scaler_on():
+    big = square_matrix(BIG)
+    with amp.rehearse("float16"):
+        assert np.isposinf(paddle.matmul(big, big).numpy()).all()
+        linear = paddle.nn.Linear(2, 2)
+        out = linear(paddle.to_tensor([[1.0 + 2 ** -12, 0.0]]))
+        assert np.array_equal(out.numpy(), out.numpy().astype(np.float16).astype(np.float32)), "Linear via F.linear"
+        scaler = amp.GradScaler()
+        scaler.scale(out.sum())
+        assert scaler.is_enable()
+    assert np.isfinite(paddle.matmul(big, big).numpy()).all()
+    with pytest.raises(ValueError, match="rehearse dtype must be one of"):
+        with amp.rehearse("fp16"):
+            pass

@@ -3,7 +3,8 @@
 Runs a training script as ``python SCRIPT ARGS`` would, with ``paddle.amp`` routed to this
 package (:func:`paddle_amp_ext.routed`): every ``paddle.amp.GradScaler`` the script builds is this
 package's, with a VisualDL hook writing its own run directory under ``--logdir``, and
-``auto_cast``/``decorate`` get the validated lists and the gate. At exit a summary (steps,
+``auto_cast``/``decorate`` get the validated lists and the gate; ``--emulate float16`` rehearses
+the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). At exit a summary (steps,
 skipped steps, loss-scale range, where the logs are) goes to stderr, or as JSON to stdout with
 ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
@@ -12,6 +13,7 @@ script starts).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import traceback
@@ -50,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--logdir", default="runs", help="VisualDL logs: one run directory per scaler (default runs)")
     parser.add_argument("--no-log", action="store_true", help="no VisualDL hook")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    parser.add_argument("--emulate", choices=("float16", "bfloat16"),
+                        help="rehearse the script's AMP numerics on any device: functional ops and nn.Linear are "
+                             "rounded as AMP computes them and the GradScaler runs for real (paddle_amp_ext.rehearse)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -80,7 +85,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             logdir = hook.logdir
         summaries.append(new_scaler.add_hook(ScalerSummary(logdir)))
 
-    with routed(config, on_scaler=attach):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(routed(config, on_scaler=attach))
+        if args.emulate:
+            from ..rehearsal.emulation import rehearse
+
+            stack.enter_context(rehearse(args.emulate, config=config))
         end = run_as_main(args.script, args.args)
     if end.error is not None:
         traceback.print_exception(type(end.error), end.error, end.error.__traceback__, file=sys.stderr)

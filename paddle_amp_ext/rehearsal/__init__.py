@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .advisor import Advice, advise
 from .doctor import LIMITS, Finding, OverflowReport, OverflowWatch, find_overflow
-from .emulation import LAYER_OPS, fp16_emulation, quantize
+from .emulation import LAYER_OPS, fp16_emulation, quantize, rehearse
 
 __all__ = ["LAYER_OPS", "LIMITS", "Advice", "Finding", "OverflowReport", "OverflowWatch", "advise", "find_overflow",
-           "fp16_emulation", "quantize"]
+           "fp16_emulation", "quantize", "rehearse"]

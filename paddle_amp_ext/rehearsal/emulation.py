@@ -135,6 +135,30 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
             keep_fp32(layer)
     white, black = effective_op_lists(dtype, level, config, custom_white_list, custom_black_list)
     layers = low_precision_layers(model, white, black, config.level if config else level)
+    with _rehearsal_scope(dtype, (white, black, config.level if config else level), previous):
+        try:
+            yield from _hooked(layers, dtype)
+        finally:
+            for layer in kept:
+                release_fp32(layer)
+
+
+@contextlib.contextmanager
+def _rehearsal_scope(dtype: str, lists: Any, previous: str) -> Iterator[None]:
+    """This thread rehearses ``dtype`` with ``lists``: the scaler runs, functional ops are rounded."""
+    _compat.set_amp_state_dtype(dtype)  # what Paddle's own scaler checks in scale()
+    token = _state.push_emulation(dtype, lists)
+    ops.acquire()
+    try:
+        yield
+    finally:
+        ops.release()
+        _state.pop_emulation(token)
+        _compat.set_amp_state_dtype(previous)
+
+
+def _hooked(layers: List[Tuple[str, paddle.nn.Layer]], dtype: str) -> Iterator[List[str]]:
+    """Layer-path hooks on ``layers`` while the caller's ``with`` block runs; yields their names."""
     handles: List[Any] = []
 
     def pre_hook(layer: Any, inputs: Any) -> Any:
@@ -146,9 +170,6 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
     def grad_hook(grad: paddle.Tensor) -> paddle.Tensor:
         return quantize(grad, dtype)
 
-    _compat.set_amp_state_dtype(dtype)  # what Paddle's own scaler checks in scale()
-    token = _state.push_emulation(dtype, (white, black, config.level if config else level))
-    ops.acquire()
     try:
         for _, layer in layers:
             if type(layer).__name__ in OP_LEVEL_LAYERS:
@@ -162,8 +183,25 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
     finally:
         for handle in handles:
             handle.remove()
-        for layer in kept:
-            release_fp32(layer)
-        ops.release()
-        _state.pop_emulation(token)
-        _compat.set_amp_state_dtype(previous)
+
+
+@contextlib.contextmanager
+def rehearse(dtype: str = "float16", *, level: str = "O1", config: Optional[AmpConfig] = None,
+             custom_white_list: Any = None, custom_black_list: Any = None) -> Iterator[None]:
+    """Rehearse ``dtype`` for whatever runs in the block, with no model to name.
+
+    The op-level part of :func:`fp16_emulation`: functional ops AMP runs in low precision
+    (``paddle.matmul``, ``@``, ``paddle.einsum``, ``F.linear`` and so every ``nn.Linear``) are
+    rounded, and the GradScaler runs its real machinery. Other leaf layers (``Conv2D``, norms)
+    are rounded only by ``fp16_emulation(model)``. ``python -m paddle_amp_ext.run --emulate``
+    uses this for a script.
+
+    Raises:
+        ValueError: an unsupported dtype, or a bad op list.
+    """
+    if dtype not in EMULATED_DTYPES:
+        raise ValueError(f"rehearse dtype must be one of {EMULATED_DTYPES}. Received: dtype={dtype!r}")
+    previous = _compat.amp_state_dtype()
+    white, black = effective_op_lists(dtype, level, config, custom_white_list, custom_black_list)
+    with _rehearsal_scope(dtype, (white, black, config.level if config else level), previous):
+        yield
