@@ -225,7 +225,7 @@ def measure_model(spec: Dict[str, Any]) -> Dict[str, Any]:
     return row
 
 
-def measure_here(quick: bool) -> Dict[str, Any]:
+def measure_here(quick: bool, only: str | None = None) -> Dict[str, Any]:
     """Run the matrix with this interpreter's Paddle; returns JSON-able results."""
     import logging
 
@@ -237,7 +237,8 @@ def measure_here(quick: bool) -> Dict[str, Any]:
     logging.getLogger("paddle_amp_ext").setLevel(logging.ERROR)
     out: Dict[str, Any] = {"paddle": paddle.__version__, "rows": {}}
     for name, spec in models(quick).items():
-        out["rows"][name] = measure_model(spec)
+        if only is None or name == only:
+            out["rows"][name] = measure_model(spec)
 
     # hook: on_step per logged step, flushes included
     with tempfile.TemporaryDirectory() as tmp:
@@ -315,16 +316,18 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--here", action="store_true", help="only this interpreter's Paddle")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--json", action="store_true", help="print the results as JSON (with --here)")
+    parser.add_argument("--only", metavar="MODEL", help="one model of the matrix, e.g. 'mid MLP'")
     args = parser.parse_args(argv)
     if args.here:
-        result = measure_here(args.quick)
+        result = measure_here(args.quick, args.only)
         print(json.dumps(result) if args.json else table([result]))
         return 0
     pythons = [os.path.join(ROOT, v, "bin", "python") for v in VENVS]
     pythons = [p for p in pythons if os.path.exists(p)] or [sys.executable]
     results = []
     for python in pythons:
-        cmd = [python, os.path.abspath(__file__), "--here", "--json"] + (["--quick"] if args.quick else [])
+        cmd = [python, os.path.abspath(__file__), "--here", "--json"] + (["--quick"] if args.quick else []) + (
+            ["--only", args.only] if args.only else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
         if proc.returncode != 0:
             print(f"{python}: exit {proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)
