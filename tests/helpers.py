@@ -26,3 +26,14 @@ def make_data(seed: int = 1, n: int = 32, inputs: int = 8, outputs: int = 1):
 
 def params_of(model) -> list:
     return [p.numpy().copy() for p in model.parameters()]
+
+
+def in_another_thread(probe):
+    """``probe()`` run in a new thread (while the caller stays inside its contexts); its result."""
+    import threading
+
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(value=probe()))
+    thread.start()
+    thread.join(30)
+    return result["value"]

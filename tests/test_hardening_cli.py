@@ -6,10 +6,10 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 
 import paddle
 import pytest
+from helpers import in_another_thread
 
 import paddle_amp_ext as amp
 from paddle_amp_ext import _compat, _state
@@ -145,29 +145,14 @@ def test_launcher_warns_about_a_missing_logdir_and_then_starts_visualdl(tmp_path
 def test_rehearsal_belongs_to_its_thread_and_paddles_dtype_is_restored():
     before = _compat.amp_state_dtype()
     model = paddle.nn.Linear(2, 2)
-    seen = {}
-    inside = threading.Event()
-    done = threading.Event()
-
-    def other():
-        inside.wait(10)
-        seen["dtype"] = _state.emulated_dtype()
-        seen["scaler"] = amp.GradScaler().is_enable()
-        done.set()
-
-    thread = threading.Thread(target=other)
-    thread.start()
     with amp.fp16_emulation(model):
-        inside.set()
-        done.wait(10)
+        seen = in_another_thread(lambda: (_state.emulated_dtype(), amp.GradScaler().is_enable()))
         assert _state.emulated_dtype() == "float16"
         with amp.fp16_emulation(model, dtype="bfloat16"):
             assert _state.emulated_dtype() == "bfloat16"
         assert _state.emulated_dtype() == "float16"
-    thread.join()
-    assert seen == {"dtype": None, "scaler": False}
+    assert seen == (None, False), "another thread neither sees the rehearsal nor turns its scaler on"
     assert _compat.amp_state_dtype() == before
-
 
 def test_smaller_inputs_get_named_errors():
     with pytest.raises(ValueError, match=r"dtype must be one of \('float16', 'bfloat16'\). Received: dtype='fp16'"):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 import paddle
 import pytest
+from helpers import in_another_thread
 
 import paddle_amp_ext as amp
 from paddle_amp_ext.rehearsal import ops
@@ -78,22 +78,10 @@ def test_kept_layers_and_other_threads_are_not_rounded():
 
     big = square_matrix(BIG)
     kept = amp.keep_fp32(Functional())
-    seen = {}
-    inside, done = threading.Event(), threading.Event()
-
-    def other():
-        inside.wait(10)
-        seen["other thread"] = bool(np.isfinite(paddle.matmul(big, big).numpy()).all())
-        done.set()
-
-    thread = threading.Thread(target=other)
-    thread.start()
     with amp.fp16_emulation(kept):
-        inside.set()
-        done.wait(10)
-        seen["kept"] = bool(np.isfinite(kept(big).numpy()).all())
-        seen["here"] = bool(np.isfinite(paddle.matmul(big, big).numpy()).all())
-    thread.join()
+        seen = {"other thread": in_another_thread(lambda: bool(np.isfinite(paddle.matmul(big, big).numpy()).all())),
+                "kept": bool(np.isfinite(kept(big).numpy()).all()),
+                "here": bool(np.isfinite(paddle.matmul(big, big).numpy()).all())}
     assert seen == {"other thread": True, "kept": True, "here": False}
 
 
