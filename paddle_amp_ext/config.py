@@ -67,7 +67,7 @@ def _choice(name: str, value: object, choices: tuple[str, ...], normalize=str.lo
 
 def _number(name: str, value: object, *, integer: bool = False) -> float:
     """A real number (Python or numpy scalar, not a bool), finite; an int where ``integer``."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy bools are not Real
         kind = "an int" if integer else "a number"
         raise TypeError(f"{name} must be {kind}. Received: {name}={_describe(value)}")
     try:

@@ -27,7 +27,6 @@ import paddle
 from . import _compat, _state
 
 _BASE = "_paddle_amp_ext_kept_base"
-_paddle_auto_cast = _compat.paddle_auto_cast  # Paddle's own, also while paddle.amp is routed
 _KEPT: Dict[type, type] = {}
 _LOCK = threading.Lock()
 
@@ -37,8 +36,9 @@ class _Fp32Scope:
     region for the rehearsal (nothing in it is rounded)."""
 
     def __enter__(self) -> None:
-        dynamic_or_pir = paddle.in_dynamic_mode() or paddle.framework.in_pir_mode()
-        self._paddle = _paddle_auto_cast(enable=False) if dynamic_or_pir else contextlib.nullcontext()
+        # Paddle's own auto_cast (also while paddle.amp is routed), where it can be entered
+        supported = _compat.static_amp_supported()
+        self._paddle = _compat.paddle_auto_cast(enable=False) if supported else contextlib.nullcontext()
         self._paddle.__enter__()
         self._token = _state.enter_fp32()
 

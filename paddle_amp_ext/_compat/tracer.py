@@ -81,11 +81,18 @@ def static_amp_supported() -> bool:
     return paddle.in_dynamic_mode() or _in_pir_mode()
 
 
-def is_static_value(value: Any) -> bool:
-    """A static-graph value (3.x ``pir.Value`` or a legacy ``static.Variable``), not a Tensor."""
+@functools.cache
+def _static_kinds() -> tuple:
     pir = getattr(paddle, "pir", None)
-    kinds = tuple(t for t in (getattr(pir, "Value", None), getattr(paddle.static, "Variable", None)) if t)
-    return isinstance(value, kinds) and not isinstance(value, paddle.Tensor)
+    return tuple(t for t in (getattr(pir, "Value", None), getattr(paddle.static, "Variable", None)) if t)
+
+
+def is_static_value(value: Any) -> bool:
+    """A static-graph value (3.x ``pir.Value`` or a legacy ``static.Variable``), not a Tensor.
+
+    Called by ``GradScaler.scale()`` at every step: the types are looked up once.
+    """
+    return not isinstance(value, paddle.Tensor) and isinstance(value, _static_kinds())
 
 
 def gpu_amp_support() -> tuple[bool, bool]:

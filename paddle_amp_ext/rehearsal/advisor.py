@@ -26,7 +26,7 @@ import numpy as np
 import paddle
 
 from ..config import AmpConfig
-from .doctor import LIMITS, _check_model, _Recorder
+from .doctor import LIMITS, _check_model, _Recorder, measure
 from .emulation import fp16_emulation
 
 #: The smallest positive value each dtype holds (below half of it a value rounds to zero).
@@ -173,7 +173,6 @@ def advise(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = N
         for _ in range(3):  # check the proposal by rehearsing with it; widen it when needed
             config = AmpConfig(dtype=proposal, fp32_layers=tuple(layers))
             clean, more = _rehearse_clean(model, inputs, loss_fn, config, scale if proposal == "float16" else 1.0)
-            _clear(model)
             if clean:
                 break
             if more and proposal == "float16":
@@ -224,15 +223,7 @@ def _rehearse_clean(model: Any, inputs: Tuple[Any, ...], loss_fn: Optional[Calla
                     scale: float) -> Tuple[bool, List[str]]:
     """Whether a rehearsal with ``config`` (and the loss scale) is free of inf/nan and overflow;
     the layers that still overflow in the forward pass otherwise."""
-    limit = LIMITS[config.dtype]
     with fp16_emulation(model, dtype=config.dtype, config=config):
-        recorder = _Recorder(model)
-        try:
-            output = model(*inputs)
-            if loss_fn is not None:
-                (loss_fn(output) * scale).backward()
-            report = recorder.analyse(config.dtype, limit)
-        finally:
-            recorder.remove()
+        report = measure(model, inputs, loss_fn, scale, config.dtype, LIMITS[config.dtype])
     more = [f.layer for f in report.findings if f.direction == "forward" and f.layer]
     return not report.findings, more

@@ -202,6 +202,23 @@ class _Recorder:
             ops.release()
 
 
+def measure(model: paddle.nn.Layer, inputs: Tuple[Any, ...], loss_fn: Optional[Callable], loss_scale: float,
+            dtype: str, limit: float) -> OverflowReport:
+    """One watched forward (and backward, with ``loss_fn``); the report, unlogged. The model's
+    gradients are cleared afterwards."""
+    recorder = _Recorder(model)
+    try:
+        output = model(*inputs)
+        if loss_fn is not None:
+            (loss_fn(output) * loss_scale).backward()
+        return recorder.analyse(dtype, limit)
+    finally:
+        recorder.remove()
+        if loss_fn is not None:
+            for param in model.parameters():
+                param.clear_gradient(False)
+
+
 def find_overflow(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = None,
                   loss_scale: float = 1.0, dtype: str = "float16",
                   limit: Optional[float] = None) -> OverflowReport:
@@ -225,17 +242,7 @@ def find_overflow(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callab
     """
     limit = _limit(dtype, limit)
     _check_model(model)
-    recorder = _Recorder(model)
-    try:
-        output = model(*inputs)
-        if loss_fn is not None:
-            (loss_fn(output) * loss_scale).backward()
-        report = recorder.analyse(dtype, limit)
-    finally:
-        recorder.remove()
-        if loss_fn is not None:
-            for param in model.parameters():
-                param.clear_gradient(False)
+    report = measure(model, inputs, loss_fn, loss_scale, dtype, limit)
     if report:
         logger.warning("%s", report)
     return report
