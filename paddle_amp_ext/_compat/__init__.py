@@ -38,10 +38,12 @@ from .tracer import (
     paddle_decorate,
     place_kind,
     registered_op_names,
+    runs_eagerly,
     set_amp_state_dtype,
     static_amp_supported,
     tracer_amp_level,
     tracer_op_lists,
+    watch_for_sot,
 )
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "paddle_scaler_view",
     "place_kind",
     "registered_op_names",
+    "runs_eagerly",
     "reset_optimizer_stages",
     "scaler_scale_tensor",
     "set_amp_state_dtype",
@@ -75,5 +78,6 @@ __all__ = [
     "static_amp_supported",
     "tracer_amp_level",
     "tracer_op_lists",
+    "watch_for_sot",
     "unscale",
 ]

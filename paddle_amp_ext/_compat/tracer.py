@@ -16,6 +16,13 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 - the modules ``paddle.amp.auto_cast`` and ``paddle.amp.grad_scaler``: Paddle's own ``auto_cast``,
   ``decorate`` and ``GradScaler``, reached through their modules so that routing ``paddle.amp``
   to this package (:mod:`paddle_amp_ext.integrations.routing`) never makes them call themselves.
+- ``to_static``'s SOT translator, two ways: while it simulates Python code to build a graph,
+  it replaces a call of ``paddle.jit.sot.psdb.in_sot`` (False when really called) by True; while
+  a converted function runs for real, its frame evaluation callback is installed
+  (``paddle.framework.core.set_eval_frame(None)`` returns it; it is put back at once) and it
+  translates every Python frame called from there, except those of files under the prefixes of
+  ``paddle.jit.sot.opcode_translator.skip_files.skip_file_names`` (Paddle's own among them),
+  which ``paddle.framework.core.eval_frame_skip_file_prefix`` installs.
 - ``paddle.amp.auto_cast.amp_global_state().amp_dtype``: Paddle's scaler disables itself in
   ``scale()`` unless this is ``'float16'``; fp16 emulation sets it. ``amp_state()``: the
   arguments of the innermost ``auto_cast``.
@@ -24,6 +31,7 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 from __future__ import annotations
 
 import functools
+import os
 import re
 from typing import Any
 
@@ -67,6 +75,40 @@ def _tracer() -> Any:
 def in_static_mode() -> bool:
     """True while building a static program (``enable_static`` or ``to_static`` conversion)."""
     return not paddle.in_dynamic_mode()
+
+
+def _not_simulated() -> bool:
+    return False
+
+
+_in_sot = _not_simulated  # psdb.in_sot after watch_for_sot(); a global, so SOT sees the call
+
+
+def watch_for_sot() -> None:
+    """Make SOT leave this package's frames alone (run them as it runs Paddle's own files) and let
+    :func:`runs_eagerly` see its simulation. Imports SOT (~70 ms, once)."""
+    global _in_sot
+    from paddle.jit.sot import psdb
+    from paddle.jit.sot.opcode_translator import skip_files
+
+    _in_sot = psdb.in_sot
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    if package not in skip_files.skip_file_names:
+        skip_files.skip_file_names.add(package)
+        paddle.framework.core.eval_frame_skip_file_prefix(tuple(skip_files.skip_file_names))
+
+
+def _sot_callback_installed() -> bool:
+    set_eval_frame = paddle.framework.core.set_eval_frame
+    callback = set_eval_frame(None)
+    set_eval_frame(callback)
+    return callback is not None
+
+
+def runs_eagerly() -> bool:
+    """True when ops run now on real tensors, in plain dygraph: not in a static program, not in
+    code being converted by ``to_static`` (AST, or SOT once :func:`watch_for_sot` ran)."""
+    return paddle.in_dynamic_mode() and not _in_sot() and not _sot_callback_installed()
 
 
 def _in_pir_mode() -> bool:

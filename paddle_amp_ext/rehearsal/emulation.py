@@ -1,20 +1,22 @@
-"""fp16/bf16 dry run on any device: quantize what AMP would hold in low precision.
+"""fp16/bf16 dry run on any device: round what AMP would hold in low precision.
 
-Under :func:`fp16_emulation`, every leaf layer whose ops the effective white list sends to low
-precision gets its float inputs, its outputs and its parameter gradients rounded through the
-low-precision type (``t.astype('float16').astype('float32')`` where Paddle's cast rounds to
-nearest-even, an exact arithmetic rounding elsewhere; see :mod:`rounding`), and the backward
-pass is rounded the same way. Values below fp16's subnormal range become 0 and values above 65504 become
-inf, exactly as fp16 storage would make them, so underflow, overflow and loss scaling can be
+Under :func:`fp16_emulation`, values are rounded through the low-precision type where AMP
+would compute in it (fifteen exact float32 kernels for float16, see :mod:`.rounding`), forward
+and backward: values below fp16's subnormal range become 0 and values above 65504 become inf,
+exactly as fp16 storage would make them, so underflow, overflow and loss scaling can be
 rehearsed on a CPU. The real Paddle scaler machinery (``check_finite_and_unscale``, skip,
 update) runs inside the context.
 
-Functional ops AMP runs in low precision (``paddle.matmul``, ``paddle.einsum``, ``@``,
-``F.linear``) are rounded wherever they are called, inside a layer or not (:mod:`.ops`), by the
-lists of the innermost ``auto_cast`` entered inside the rehearsal, else the rehearsal's own.
+Ops are rounded where they are called (:mod:`.ops`): ``paddle.matmul``, ``@``, ``einsum``,
+``F.linear`` (so every ``nn.Linear``), ``F.conv2d``, and the "follow the inputs" ops after
+them (``add``, ``relu``, ``reshape``, ...). Leaf layers whose kernels are reached only from C++
+(``Conv2D``, ``BatchNorm2D``, ``Embedding``) are rounded by layer hooks: a white-listed one
+takes rounded inputs and weights and gives a rounded output; one on the "follow the inputs"
+path gives a rounded output when its inputs are low precision. The lists are those of the
+innermost ``auto_cast`` entered inside the rehearsal, else the rehearsal's own.
 
-This emulates storage range and rounding. It does not emulate kernel speed, fp16 accumulation
-inside matmul/conv, or "follow the inputs" ops (``add``, ``relu``) outside a recognised layer.
+This emulates storage range and rounding. It does not emulate kernel speed or the
+accumulation order and precision inside fp16 matmul/conv kernels.
 
 Example:
     >>> with fp16_emulation(model):  # doctest: +SKIP
@@ -33,7 +35,7 @@ from .. import _compat, _state
 from ..autocast import effective_op_lists
 from ..config import AmpConfig
 from ..keep import is_kept_fp32, keep_fp32, release_fp32, select_layers
-from . import ops
+from . import lowprec, ops
 from .rounding import round_trip
 
 #: Leaf layer classes and the op types eager AMP looks up for them.
@@ -66,6 +68,8 @@ EMULATED_DTYPES = ("float16", "bfloat16")
 #: Leaf layers whose whole computation goes through an op-level entry point (``nn.Linear`` calls
 #: ``F.linear``): the op-level path rounds them, weights included, so they get no layer hooks.
 OP_LEVEL_LAYERS = frozenset({"Linear"})
+#: Layers whose parameters AMP keeps in float32 even at O2 (Paddle's decorate keeps norms fp32).
+FP32_PARAMETER_LAYERS = frozenset({"LayerNorm", "GroupNorm", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
 
 
 def quantize(tensor: Any, dtype: str = "float16") -> Any:
@@ -77,10 +81,12 @@ def quantize(tensor: Any, dtype: str = "float16") -> Any:
     return tensor
 
 
-def low_precision_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset,
-                         level: str = "O1") -> List[Tuple[str, paddle.nn.Layer]]:
-    """Leaf layers AMP would run in low precision (keep-fp32 subtrees excluded)."""
-    chosen: List[Tuple[str, paddle.nn.Layer]] = []
+def classify_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset, level: str = "O1"
+                    ) -> Tuple[List[Tuple[str, paddle.nn.Layer]], List[Tuple[str, paddle.nn.Layer]]]:
+    """Leaf layers of :data:`LAYER_OPS` AMP would run in low precision whatever their inputs,
+    and those on the "follow the inputs" path (neither list); keep-fp32 subtrees excluded."""
+    low: List[Tuple[str, paddle.nn.Layer]] = []
+    follow: List[Tuple[str, paddle.nn.Layer]] = []
 
     def visit(prefix: str, layer: paddle.nn.Layer) -> None:
         if is_kept_fp32(layer):
@@ -93,11 +99,16 @@ def low_precision_layers(model: paddle.nn.Layer, white: frozenset, black: frozen
         ops = set(LAYER_OPS.get(type(layer).__name__, ()))
         if not ops or ops & black:
             return
-        if level == "O2" or ops & white:
-            chosen.append((prefix, layer))
+        (low if level == "O2" or ops & white else follow).append((prefix, layer))
 
     visit("", model)
-    return chosen
+    return low, follow
+
+
+def low_precision_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset,
+                         level: str = "O1") -> List[Tuple[str, paddle.nn.Layer]]:
+    """Leaf layers AMP would run in low precision whatever their inputs (keep-fp32 excluded)."""
+    return classify_layers(model, white, black, level)[0]
 
 
 @contextlib.contextmanager
@@ -134,10 +145,10 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
         for layer in kept:
             keep_fp32(layer)
     white, black = effective_op_lists(dtype, level, config, custom_white_list, custom_black_list)
-    layers = low_precision_layers(model, white, black, config.level if config else level)
+    low, follow = classify_layers(model, white, black, config.level if config else level)
     with _rehearsal_scope(dtype, (white, black, config.level if config else level), previous):
         try:
-            yield from _hooked(layers, dtype)
+            yield from _hooked(low, follow, dtype)
         finally:
             for layer in kept:
                 release_fp32(layer)
@@ -157,32 +168,72 @@ def _rehearsal_scope(dtype: str, lists: Any, previous: str) -> Iterator[None]:
         _compat.set_amp_state_dtype(previous)
 
 
-def _hooked(layers: List[Tuple[str, paddle.nn.Layer]], dtype: str) -> Iterator[List[str]]:
-    """Layer-path hooks on ``layers`` while the caller's ``with`` block runs; yields their names."""
+class _WeightSwap:
+    """A white-listed layer's own float32 parameters, rounded for the length of its forward (AMP
+    casts them per op); the parameters come back after the forward, or at the latest when the
+    rehearsal ends."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+        self.swapped: Dict[int, Tuple[paddle.nn.Layer, Dict[str, Any]]] = {}
+
+    def enter(self, layer: paddle.nn.Layer) -> None:
+        self.leave(layer)  # a forward that raised left its rounded weights behind
+        params = layer._parameters  # noqa: SLF001 - Layer.__getattr__ reads parameters from here
+        originals = {name: p for name, p in params.items() if p is not None and p.dtype == paddle.float32}
+        for name, param in originals.items():
+            params[name] = lowprec.mark(round_trip(param, self.dtype), self.dtype)
+        self.swapped[id(layer)] = (layer, originals)
+
+    def leave(self, layer: paddle.nn.Layer) -> None:
+        entry = self.swapped.pop(id(layer), None)
+        if entry is not None:
+            entry[0]._parameters.update(entry[1])  # noqa: SLF001
+
+    def leave_all(self) -> None:
+        for layer, _ in list(self.swapped.values()):
+            self.leave(layer)
+
+
+def _hooked(low: List[Tuple[str, paddle.nn.Layer]], follow: List[Tuple[str, paddle.nn.Layer]],
+            dtype: str) -> Iterator[List[str]]:
+    """Layer-path hooks while the caller's ``with`` block runs; yields the low layers' names."""
     handles: List[Any] = []
+    weights = _WeightSwap(dtype)
 
     def pre_hook(layer: Any, inputs: Any) -> Any:
-        return quantize(inputs, dtype)
+        if not _compat.runs_eagerly():
+            return None
+        if type(layer).__name__ not in FP32_PARAMETER_LAYERS:
+            weights.enter(layer)
+        return lowprec.rounded(inputs, dtype)
 
     def post_hook(layer: Any, inputs: Any, output: Any) -> Any:
-        return quantize(output, dtype)
+        if not _compat.runs_eagerly():
+            return None
+        weights.leave(layer)
+        return lowprec.rounded(output, dtype)
 
-    def grad_hook(grad: paddle.Tensor) -> paddle.Tensor:
-        return quantize(grad, dtype)
+    def follow_hook(layer: Any, inputs: Any, output: Any) -> Any:
+        args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
+        if not _compat.runs_eagerly() or not lowprec.all_low(args, dtype):
+            return output
+        return lowprec.rounded(output, dtype)
 
     try:
-        for _, layer in layers:
+        for _, layer in low:
             if type(layer).__name__ in OP_LEVEL_LAYERS:
                 continue
             handles.append(layer.register_forward_pre_hook(pre_hook))
             handles.append(layer.register_forward_post_hook(post_hook))
-            for param in layer.parameters(include_sublayers=False):
-                if not param.stop_gradient:
-                    handles.append(param.register_hook(grad_hook))
-        yield [name for name, _ in layers]
+        for _, layer in follow:
+            if type(layer).__name__ not in OP_LEVEL_LAYERS:
+                handles.append(layer.register_forward_post_hook(follow_hook))
+        yield [name for name, _ in low]
     finally:
         for handle in handles:
             handle.remove()
+        weights.leave_all()
 
 
 @contextlib.contextmanager
@@ -190,9 +241,10 @@ def rehearse(dtype: str = "float16", *, level: str = "O1", config: Optional[AmpC
              custom_white_list: Any = None, custom_black_list: Any = None) -> Iterator[None]:
     """Rehearse ``dtype`` for whatever runs in the block, with no model to name.
 
-    The op-level part of :func:`fp16_emulation`: functional ops AMP runs in low precision
-    (``paddle.matmul``, ``@``, ``paddle.einsum``, ``F.linear`` and so every ``nn.Linear``) are
-    rounded, and the GradScaler runs its real machinery. Other leaf layers (``Conv2D``, norms)
+    The op-level part of :func:`fp16_emulation`: ops called through Paddle's Python API
+    (``paddle.matmul``, ``@``, ``paddle.einsum``, ``F.linear`` and so every ``nn.Linear``,
+    ``F.conv2d``, and the "follow the inputs" ops after them) are rounded, and the GradScaler
+    runs its real machinery. Leaf layers reached only from C++ (``Conv2D``, ``BatchNorm2D``)
     are rounded only by ``fp16_emulation(model)``. ``python -m paddle_amp_ext.run --emulate``
     uses this for a script.
 

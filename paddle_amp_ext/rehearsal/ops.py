@@ -1,19 +1,26 @@
-"""Op-level rehearsal: functional ops AMP runs in low precision, rounded wherever they are called.
+"""Op-level rehearsal: Paddle's ops rounded as AMP would run them, wherever they are called.
 
-The layer path of :mod:`.emulation` rounds what leaf layers take and give. Ops called outside a
-rounded leaf layer (attention's ``paddle.matmul(q, k, transpose_y=True)``, ``paddle.einsum``,
-``x @ w``, ``F.linear`` in a hand-written layer) are rounded here instead: while any
-``fp16_emulation`` is active in the process, the Python entry points in :data:`OP_PATHS` are
-wrapped; in a thread that rehearses, a wrapped op whose type the effective lists send to low
-precision takes rounded float32 inputs and gives a rounded output (backward rounded the same
-way), as fp16 AMP computes it. The effective lists are those of the innermost ``auto_cast``
-with custom lists entered inside the rehearsal, else the rehearsal's own; an
-``auto_cast(enable=False)`` inside it, or a ``keep_fp32`` layer, turns rounding off there. Code
-being converted by ``paddle.jit.to_static`` is not rounded.
+While any ``fp16_emulation``/``rehearse`` is active in the process, the Python entry points in
+:data:`OPS` are wrapped. In a thread that rehearses, a wrapped op decides as Paddle's eager AMP
+does, by the effective lists (those of the innermost ``auto_cast`` entered inside the
+rehearsal, else the rehearsal's own):
+
+- black-listed: runs in float32; nothing is rounded;
+- white-listed (every op not black-listed at O2): its float32 inputs are rounded, and its
+  output is rounded (ops that only move values, like ``reshape``, need no output rounding);
+- neither ("follow the inputs"): runs in low precision when every float input is a
+  low-precision value (:mod:`.lowprec`), with its output rounded, else in float32.
+
+Rounded outputs are marked as low precision, so they are not rounded twice and the ops after
+them follow. Backward is rounded where forward was (:func:`.rounding.round_trip`). An
+``auto_cast(enable=False)`` inside the rehearsal, or a ``keep_fp32`` layer, turns rounding off;
+code being converted by ``paddle.jit.to_static`` is not rounded.
 
 Entry points are public Python attributes, looked up at call time by Paddle's own code
-(``nn.MultiHeadAttention`` calls ``paddle.matmul``, ``nn.Linear`` calls ``F.linear``), checked
-on Paddle 2.6.2 and 3.3.1. Ops reached only from C++ (``paddle._C_ops``) are not wrapped.
+(``nn.MultiHeadAttention`` calls ``paddle.matmul`` and ``paddle.tensor.matmul``, ``nn.Linear``
+calls ``F.linear``), wrapped in every Paddle namespace that exposes them, checked on Paddle
+2.6.2 and 3.3.1. Ops reached only from C++ are not wrapped; an op called from inside a wrapped
+op is part of it.
 """
 
 from __future__ import annotations
@@ -24,59 +31,146 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import paddle
 
-from .. import _state
-from .rounding import round_trip
+from .. import _compat, _state
+from .._compat import kernels
+from . import lowprec
 
-#: (owner, attribute, op types AMP looks the call up as).
-OP_PATHS: Tuple[Tuple[Any, str, Tuple[str, ...]], ...] = (
-    (paddle, "matmul", ("matmul_v2",)),
-    (paddle, "mm", ("matmul_v2",)),
-    (paddle, "einsum", ("einsum",)),
-    (paddle.Tensor, "matmul", ("matmul_v2",)),
-    (paddle.Tensor, "__matmul__", ("matmul_v2",)),
-    (paddle.Tensor, "__rmatmul__", ("matmul_v2",)),
-    (paddle.Tensor, "mm", ("matmul_v2",)),
-    (paddle.nn.functional, "linear", ("matmul_v2", "linear_v2")),
+#: Kinds of op: ``compute`` ops do the arithmetic AMP is for (the doctor watches them);
+#: ``arith`` ops make new values; ``move`` ops only move or select values.
+COMPUTE, ARITH, MOVE = "compute", "arith", "move"
+
+#: (function name, op types AMP looks it up as, kind), wrapped in each of :data:`NAMESPACES`
+#: that has it.
+FUNCTIONS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
+    ("matmul", ("matmul_v2",), COMPUTE),
+    ("mm", ("matmul_v2",), COMPUTE),
+    ("bmm", ("bmm",), COMPUTE),
+    ("einsum", ("einsum",), COMPUTE),
+    ("linear", ("matmul_v2", "linear_v2"), COMPUTE),
+    ("conv1d", ("conv2d",), COMPUTE),
+    ("conv2d", ("conv2d",), COMPUTE),
+    ("conv3d", ("conv3d",), COMPUTE),
+    ("conv1d_transpose", ("conv2d_transpose",), COMPUTE),
+    ("conv2d_transpose", ("conv2d_transpose",), COMPUTE),
+    ("conv3d_transpose", ("conv3d_transpose",), COMPUTE),
+    ("add", ("elementwise_add",), ARITH),
+    ("subtract", ("elementwise_sub",), ARITH),
+    ("multiply", ("elementwise_mul",), ARITH),
+    ("divide", ("elementwise_div",), ARITH),
+    ("scale", ("scale",), ARITH),
+    ("tanh", ("tanh",), ARITH),
+    ("gelu", ("gelu",), ARITH),
+    ("silu", ("silu",), ARITH),
+    ("sigmoid", ("sigmoid",), ARITH),
+    ("dropout", ("dropout",), ARITH),
+    ("relu", ("relu",), MOVE),
+    ("reshape", ("reshape2",), MOVE),
+    ("transpose", ("transpose2",), MOVE),
+    ("flatten", ("flatten_contiguous_range",), MOVE),
+    ("squeeze", ("squeeze2",), MOVE),
+    ("unsqueeze", ("unsqueeze2",), MOVE),
+    ("concat", ("concat",), MOVE),
+    ("split", ("split",), MOVE),
+    ("chunk", ("split",), MOVE),
+)
+
+#: (Tensor method, op types, kind).
+METHODS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
+    ("matmul", ("matmul_v2",), COMPUTE),
+    ("__matmul__", ("matmul_v2",), COMPUTE),
+    ("__rmatmul__", ("matmul_v2",), COMPUTE),
+    ("mm", ("matmul_v2",), COMPUTE),
+    ("__add__", ("elementwise_add",), ARITH),
+    ("__radd__", ("elementwise_add",), ARITH),
+    ("__sub__", ("elementwise_sub",), ARITH),
+    ("__rsub__", ("elementwise_sub",), ARITH),
+    ("__mul__", ("elementwise_mul",), ARITH),
+    ("__rmul__", ("elementwise_mul",), ARITH),
+    ("__truediv__", ("elementwise_div",), ARITH),
+    ("__rtruediv__", ("elementwise_div",), ARITH),
+    ("add", ("elementwise_add",), ARITH),
+    ("multiply", ("elementwise_mul",), ARITH),
+    ("tanh", ("tanh",), ARITH),
+    ("__neg__", ("scale",), MOVE),
+    ("__getitem__", ("slice",), MOVE),
+    ("reshape", ("reshape2",), MOVE),
+    ("transpose", ("transpose2",), MOVE),
+    ("flatten", ("flatten_contiguous_range",), MOVE),
+    ("squeeze", ("squeeze2",), MOVE),
+    ("unsqueeze", ("unsqueeze2",), MOVE),
+    ("split", ("split",), MOVE),
+    ("chunk", ("split",), MOVE),
+)
+
+#: Paddle namespaces whose functions Paddle's own layers call (``paddle.tensor.matmul`` is a
+#: different object from ``paddle.matmul`` on 3.3.1).
+NAMESPACES: Tuple[str, ...] = (
+    "paddle", "paddle.tensor", "paddle.tensor.linalg", "paddle.tensor.math", "paddle.tensor.manipulation",
+    "paddle.tensor.einsum", "paddle.nn.functional", "paddle.nn.functional.common",
+    "paddle.nn.functional.activation", "paddle.nn.functional.conv",
 )
 
 _lock = threading.Lock()
 _users = 0
 _saved: List[Tuple[Any, str, Any]] = []
 _observers: List[Callable[[str, Any], None]] = []
+_inside = threading.local()  # .depth: wrapped ops running in this thread
 
 
-def _round(value: Any, dtype: str) -> Any:
-    if isinstance(value, paddle.Tensor) and value.dtype == paddle.float32:
-        return round_trip(value, dtype)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_round(v, dtype) for v in value)
-    return value
-
-
-def runs_low(op_types: Tuple[str, ...], white: frozenset, black: frozenset, level: str) -> bool:
-    """Whether AMP runs an op looked up as ``op_types`` in low precision under these lists."""
-    if any(op in black for op in op_types):
-        return False
-    return level == "O2" or any(op in white for op in op_types)
-
-
-def _wrap(original: Callable, op_types: Tuple[str, ...]) -> Callable:
+def _wrap(original: Callable, op_types: Tuple[str, ...], kind: str) -> Callable:
     @functools.wraps(original)
     def op(*args: Any, **kwargs: Any) -> Any:
-        lists = _state.rehearsed_lists()
-        if lists is None or not runs_low(op_types, *lists) or not paddle.in_dynamic_mode():
-            out = original(*args, **kwargs)
-        else:
-            dtype = _state.emulated_dtype()
-            args = _round(args, dtype)
-            kwargs = {k: _round(v, dtype) for k, v in kwargs.items()}
-            out = _round(original(*args, **kwargs), dtype)
-        for observe in _observers:
-            observe(op_types[0], out)
+        if getattr(_inside, "depth", 0):
+            return original(*args, **kwargs)
+        _inside.depth = 1
+        try:
+            lists = _state.rehearsed_lists()
+            if lists is None or not _compat.runs_eagerly():
+                out = original(*args, **kwargs)
+            else:
+                out = _rehearsed(original, op_types, kind, lists, args, kwargs)
+        finally:
+            _inside.depth = 0
+        if kind == COMPUTE:
+            for observe in _observers:
+                observe(op_types[0], out)
         return out
 
     op.__paddle_amp_ext_original__ = original  # type: ignore[attr-defined]
     return op
+
+
+def _rehearsed(original: Callable, op_types: Tuple[str, ...], kind: str, lists: Any,
+               args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    dtype = _state.emulated_dtype()
+    white, black, level = lists  # the "follow the inputs" rule: Paddle's GetPromoteType
+    if any(op in black for op in op_types):
+        return original(*args, **kwargs)
+    if level == "O2" or any(op in white for op in op_types):
+        args = lowprec.rounded(args, dtype)
+        kwargs = {k: lowprec.rounded(v, dtype) for k, v in kwargs.items()}
+    elif not lowprec.all_low((*args, *kwargs.values()), dtype):
+        return original(*args, **kwargs)
+    out = original(*args, **kwargs)
+    return lowprec.mark(out, dtype) if kind == MOVE else lowprec.rounded(out, dtype)
+
+
+def _entry_points() -> List[Tuple[Any, str, Tuple[str, ...], str]]:
+    import importlib
+
+    found: List[Tuple[Any, str, Tuple[str, ...], str]] = []
+    for module_name in NAMESPACES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # a namespace this Paddle version does not have
+            continue
+        for name, op_types, kind in FUNCTIONS:
+            if callable(getattr(module, name, None)):
+                found.append((module, name, op_types, kind))
+    for name, op_types, kind in METHODS:
+        if callable(getattr(paddle.Tensor, name, None)):
+            found.append((paddle.Tensor, name, op_types, kind))
+    return found
 
 
 def acquire() -> None:
@@ -86,12 +180,11 @@ def acquire() -> None:
         _users += 1
         if _users > 1:
             return
-        for owner, name, op_types in OP_PATHS:
-            original = getattr(owner, name, None)
-            if original is None:
-                continue
+        _compat.watch_for_sot()
+        for owner, name, op_types, kind in _entry_points():
+            original = getattr(owner, name)
             _saved.append((owner, name, original))
-            setattr(owner, name, _wrap(original, op_types))
+            setattr(owner, name, _wrap(original, op_types, kind))
 
 
 def release() -> None:
@@ -104,10 +197,11 @@ def release() -> None:
         while _saved:
             owner, name, original = _saved.pop()
             setattr(owner, name, original)
+        kernels.SCRATCH.clear()
 
 
 class observe:  # noqa: N801 - used as a context manager, like contextlib helpers
-    """Call ``callback(op_type, output)`` after every wrapped op while the block runs.
+    """Call ``callback(op_type, output)`` after every wrapped compute op while the block runs.
 
     The doctor uses it to watch functional ops; the entry points must be wrapped (inside
     ``fp16_emulation`` or :func:`acquire`).
@@ -128,4 +222,4 @@ def wrapped_paths() -> Dict[str, bool]:
     """Which entry points are wrapped now (for tests and diagnostics)."""
     return {f"{getattr(owner, '__name__', owner)}.{name}": hasattr(getattr(owner, name, None),
                                                                      "__paddle_amp_ext_original__")
-            for owner, name, _ in OP_PATHS}
+            for owner, name, _, _ in _entry_points()}
