@@ -13,7 +13,7 @@ import sys
 from matrix import machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = [["matrix.py", "--here"], ["hook_overhead.py"], ["emulation_cost.py"], ["startup_time.py"],
+SCRIPTS = [["matrix.py", "--here"], ["hook_overhead.py"], ["rehearsal_cost.py", "--here"], ["startup_time.py"],
            ["amp_speedup.py"]]
 
 

@@ -5,12 +5,13 @@ add_}`` with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on both, CP
 the kernels directly skips the Python-side argument binding of the public API, and the in-place
 forms need two buffers, not fifteen. Fresh buffers are what costs on a CPU: Paddle's CPU
 allocator hands large blocks back to the system, so a fresh 8 MB tensor page-faults on first
-touch (2049 faults, ~3.5 ms, measured on both versions, against 0.1 ms for the arithmetic of
-one in-place pass). The second buffer is therefore scratch, kept per thread and shape while a
-rehearsal runs (:class:`Scratch`) and dropped when it ends.
+touch (2049 faults, ~3.5 ms, measured on both versions, against 0.1 ms for one in-place pass).
+The second buffer is therefore scratch, kept per thread and shape while a rehearsal runs
+(:class:`Scratch`) and dropped when it ends. Only kernels that vectorise are used: ``clip``
+and ``scale`` cost what ``abs`` does, ``hardshrink`` or ``where`` 50 times more (512x512).
 
 Why arithmetic: Paddle's CPU cast to float16 converts in software (~1.5 ns per element each
-way on 3.3.1) and truncates on 2.6.2; fifteen float32 kernels cost less than one cast pair.
+way on 3.3.1) and is not exact on 2.6.2; fifteen float32 passes cost less than one cast pair.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 - :mod:`.rounding`: exact fp16/bf16 rounding of float32 tensors on both Paddle versions.
 - :mod:`.emulation`: :func:`fp16_emulation`, the rehearsal context.
 - :mod:`.doctor`: :func:`find_overflow`, :class:`OverflowWatch` and their reports.
-- :mod:`.ops`: op-level rehearsal and watching of functional ops (``paddle.matmul``, ``@``, ...).
+- :mod:`.ops`: op-level rehearsal by Paddle's AMP rules, wherever an op is called
+  (``paddle.matmul``, ``@``, ``F.conv2d``, the "follow the inputs" ops after them).
+- :mod:`.lowprec`: which tensors hold low-precision values (marks by weak reference).
+- :mod:`.checker`: Paddle's own tensor checker around a doctor pass, read back as findings.
 - :mod:`.advisor`: :func:`advise`, the config that makes a model's rehearsal clean.
 - :mod:`.script`: the doctor's script runner (``python -m paddle_amp_ext.doctor``).
 """

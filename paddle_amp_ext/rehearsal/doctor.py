@@ -3,7 +3,9 @@
 Three ways in:
 
 - :func:`find_overflow` (on demand): one forward (and backward, with ``loss_fn``) of the model
-  with every leaf layer watched; returns an :class:`OverflowReport`.
+  with every leaf layer and functional op watched, and Paddle's own tensor checker
+  (:mod:`.checker`) for the ops no hook sees (weight gradients, ops reached only from C++);
+  returns an :class:`OverflowReport`.
 - :class:`OverflowWatch` (when the scaler sees inf/nan): a scaler hook that keeps the layers
   watched (device-side max-abs per layer, no host sync) and names the culprit in the log when
   a step overflows.
@@ -16,6 +18,7 @@ Works on float32 models on a CPU: a value above 65504 there is one fp16 could no
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import dataclass, field
@@ -24,9 +27,11 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 import paddle
 
+from .. import _compat, _state
 from .._log import logger
 from ..keep import is_kept_fp32
-from . import ops
+from ..oplists import ALIASES
+from . import checker, ops
 from .emulation import LAYER_OPS
 
 LIMITS = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
@@ -38,6 +43,8 @@ class Finding:
 
     ``op`` is set when a functional op produced it (``matmul_v2`` in attention), and ``layer``
     is then the innermost layer it ran in; otherwise ``layer`` is the leaf layer that produced it.
+    ``layer`` is empty for an op only Paddle's tensor checker saw (``matmul_grad``: a weight
+    gradient).
     """
 
     layer: str
@@ -54,7 +61,7 @@ class Finding:
         return cls(name, kind, ops, direction, float(max_abs), op)
 
     def fixes(self, dtype: str) -> List[str]:
-        out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"]
+        out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"] if self.layer else []
         if self.ops:
             out.append(f"black-list its op: auto_cast(custom_black_list={list(self.ops[:1])!r})")
         if dtype == "float16":
@@ -85,8 +92,12 @@ class OverflowReport:
             return f"Overflow doctor: every watched value fits {self.dtype} (|x| <= {self.limit:g})."
         value = "non-finite" if not math.isfinite(first.max_abs) else f"{first.max_abs:.4g}"
         ops = ", ".join(first.ops) or "unknown op"
-        where = (f"op {first.op!r} in layer {first.layer!r} ({first.layer_type})" if first.op else
-                 f"layer {first.layer!r} ({first.layer_type}: {ops})")
+        if first.op and not first.layer:
+            where = f"op {first.op!r} (found by Paddle's tensor checker; no layer hook sees it)"
+        elif first.op:
+            where = f"op {first.op!r} in layer {first.layer!r} ({first.layer_type})"
+        else:
+            where = f"layer {first.layer!r} ({first.layer_type}: {ops})"
         lines = [
             f"Overflow doctor: {where} produced max |value| {value} in the {first.direction} pass, "
             f"beyond {self.dtype}'s {self.limit:g}.",
@@ -242,10 +253,35 @@ def find_overflow(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callab
     """
     limit = _limit(dtype, limit)
     _check_model(model)
-    report = measure(model, inputs, loss_fn, loss_scale, dtype, limit)
+    # Paddle's checker tests against float16's range and knows no layers: used for a float32
+    # model with nothing kept in float32, outside a rehearsal (rounded values would be its own)
+    checked = (dtype == "float16" and limit == LIMITS["float16"] and _state.emulated_dtype() is None
+               and not any(is_kept_fp32(layer) for layer in model.sublayers(include_self=True)))
+    with checker.paddle_checker() if checked else contextlib.nullcontext([]) as seen:
+        report = measure(model, inputs, loss_fn, loss_scale, dtype, limit)
+    report = _with_checked_ops(report, seen)
     if report:
         logger.warning("%s", report)
     return report
+
+
+def _canonical(op: str) -> str:
+    return ALIASES.get(op, (op,))[0]
+
+
+def _with_checked_ops(report: OverflowReport, checked: List[Tuple[str, float]]) -> OverflowReport:
+    """``report`` plus the ops Paddle's checker found beyond the range that AMP runs in float16
+    (the white list's, and their gradients) and the doctor's own watch did not name."""
+    white = {_canonical(op) for op in _compat.default_op_lists(report.dtype, "O1")[0]}
+    named = {(_canonical(op), f.direction) for f in report.findings for op in f.ops}
+    extra: List[Finding] = []
+    for op, peak in checked:
+        base, direction = (op[:-5], "backward") if op.endswith("_grad") else (op, "forward")
+        key = (_canonical(base), direction)
+        if key[0] in white and key not in named and peak > report.limit:
+            named.add(key)
+            extra.append(Finding("", "", (base,), direction, peak, op))
+    return OverflowReport(report.dtype, report.limit, report.findings + tuple(extra)) if extra else report
 
 
 class OverflowWatch:
