@@ -11,6 +11,7 @@ import paddle
 import pytest
 
 import paddle_amp_ext as amp
+from paddle_amp_ext._compat import kernels
 from paddle_amp_ext.rehearsal import lowprec
 from paddle_amp_ext.rehearsal.rounding import round_trip, round_values
 
@@ -43,6 +44,19 @@ def test_float16_rounding_is_exact_on_every_decision_of_the_range():
     same = (got == expected) | (np.isnan(got) & np.isnan(expected))
     assert same.all(), f"first differences: {grid[~same][:5]} -> {got[~same][:5]} (numpy: {expected[~same][:5]})"
     assert np.isnan(round_values(paddle.to_tensor([np.nan]), "float16").numpy()).all()
+
+
+def test_large_tensors_reuse_a_scratch_buffer_only_while_a_rehearsal_runs():
+    rng = np.random.default_rng(0)
+    size = kernels.SCRATCH.min_numel
+    with amp.fp16_emulation(paddle.nn.Linear(1, 1)):
+        for _ in range(2):  # the second call rounds in the buffer the first one left
+            values = (rng.standard_normal(size) * 10.0 ** rng.integers(-9, 6, size)).astype(np.float32)
+            np.testing.assert_array_equal(round_values(paddle.to_tensor(values)).numpy(), fp16(values))
+        assert kernels.SCRATCH.take(paddle.to_tensor(values), size) is not None
+    assert kernels.SCRATCH.take(paddle.to_tensor(values), size) is None, "dropped when the rehearsal ends"
+    round_values(paddle.to_tensor(values))
+    assert kernels.SCRATCH.take(paddle.to_tensor(values), size) is None, "and none kept outside one"
 
 
 def test_round_trip_rounds_the_gradient_and_keeps_the_input():

@@ -1,9 +1,9 @@
 """float16 rounding as a sequence of float32 eager kernels (``paddle._C_ops``), no casts.
 
-Relies on ``paddle._C_ops.{clip, abs, assign_out_, scale_, clip_, subtract_, multiply_,
-add_}`` with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU). Calling
+Relies on ``paddle._C_ops.{clip, scale, assign_out_, scale_, clip_, subtract_, add_}`` with
+the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU). Calling
 the kernels directly skips the Python-side argument binding of the public API, and the in-place
-forms need two buffers, not fifteen. Fresh buffers are what costs on a CPU: Paddle's CPU
+forms need two buffers, not thirteen. Fresh buffers are what costs on a CPU: Paddle's CPU
 allocator hands large blocks back to the system, so a fresh 8 MB tensor page-faults on first
 touch (2049 faults, ~3.5 ms, measured on both versions, against 0.1 ms for one in-place pass).
 The second buffer is therefore scratch, kept per thread and shape while a rehearsal runs
@@ -11,7 +11,7 @@ The second buffer is therefore scratch, kept per thread and shape while a rehear
 and ``scale`` cost what ``abs`` does, ``hardshrink`` or ``where`` 50 times more (512x512).
 
 Why arithmetic: Paddle's CPU cast to float16 converts in software (~1.5 ns per element each
-way on 3.3.1) and is not exact on 2.6.2; fifteen float32 passes cost less than one cast pair.
+way on 3.3.1) and is not exact on 2.6.2; thirteen float32 passes cost less than one cast pair.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ import paddle
 _C = paddle._C_ops
 
 #: float16 rounding constants: the clip that keeps every later value finite (|x| >= 65520
-#: rounds to inf); Veltkamp's split factor 2**13 + 1 (keeps 11 significant bits); the magic
-#: 0.75 whose float32 ulp is float16's subnormal quantum 2**-24; the subnormal mask
-#: ``clip(2**24 - 2**38 * |x|, 0, 1)`` (1 below 2**-14, 0 from it on); the overflow test:
-#: times 2**112 is inf exactly for |r| >= 65536.
+#: rounds to inf); float16's smallest normal 2**-14 (the subnormal range is clipped to it); the
+#: magic 0.75 whose float32 ulp is float16's subnormal quantum 2**-24; Veltkamp's split factor
+#: 2**13 + 1 (keeps 11 significant bits); the overflow test: times 2**112 is inf exactly for
+#: |r| >= 65536.
 _CLIP = 65520.0
-_SPLIT = 8193.0
+_NORMAL = 2.0**-14
 _MAGIC = 0.75
-_MASK_SCALE, _MASK_BIAS = -(2.0**38), 2.0**24
+_SPLIT = 8193.0
 _OVERFLOW = 2.0**112
 
 
@@ -43,7 +43,12 @@ class Scratch:
 
     def __init__(self, min_numel: int = 1 << 20, max_bytes: int = 64 << 20) -> None:
         self.min_numel, self.max_bytes = min_numel, max_bytes
+        self.active = False  # buffers are kept only between enable() and clear()
         self._local = threading.local()
+
+    def enable(self) -> None:
+        """Keep buffers from now on (a rehearsal starts)."""
+        self.active = True
 
     def _buffers(self) -> OrderedDict:
         buffers = getattr(self._local, "buffers", None)
@@ -67,7 +72,7 @@ class Scratch:
 
     def keep(self, buffer: paddle.Tensor, numel: int) -> None:
         """Keep ``buffer`` (of ``numel`` float32 elements) for the next tensor of its shape."""
-        if numel < self.min_numel or numel * 4 > self.max_bytes:
+        if not self.active or numel < self.min_numel or numel * 4 > self.max_bytes:
             return
         buffers = self._buffers()
         buffers[(tuple(buffer.shape), str(buffer.place))] = (buffer, numel * 4)
@@ -75,7 +80,8 @@ class Scratch:
             buffers.popitem(last=False)
 
     def clear(self) -> None:
-        """Drop every thread's buffers."""
+        """Drop every thread's buffers and keep no more until :meth:`enable`."""
+        self.active = False
         self._local = threading.local()
 
 
@@ -88,30 +94,37 @@ def round_to_float16(x: paddle.Tensor) -> paddle.Tensor:
     Values of magnitude >= 65520 become +-inf, nan stays nan, values below float16's
     subnormal range become 0 (as +0; float16 would keep the sign of a negative zero). Exact
     for every float32 input (checked exhaustively against numpy's conversion on both
-    versions). Two buffers: the subnormal part of ``x`` is rounded to a multiple of 2**-24
-    (at most 11 significant bits, so the split leaves it as it is), the rest by the split.
+    versions). Thirteen in-place passes over two buffers:
+
+    1. ``u = clip(x, -2**-14, 2**-14)`` and ``e = ((u + 0.75) - 0.75) - u``: the error of
+       rounding ``u`` to a multiple of 2**-24, float16's subnormal rounding; ``e`` is 0 where
+       ``|x| >= 2**-14`` (``u`` is then +-2**-14, already such a multiple) and exact elsewhere;
+    2. ``z = clip(x, -65520, 65520) + e``: ``x`` where it is normal, its subnormal rounding
+       (at most 11 significant bits) elsewhere;
+    3. Veltkamp's split ``c = 8193 z; c + (z - c)`` rounds ``z`` to 11 significant bits, ties
+       to even, and leaves the subnormal roundings as they are;
+    4. times 2**112 and back: inf exactly where the rounding reached 65536.
+
     Not differentiable by itself; call it on tensors that need no gradient.
     """
     numel = math.prod(x.shape)
-    small = _C.abs(x)
-    _C.scale_(small, _MASK_SCALE, _MASK_BIAS, True)
-    _C.clip_(small, 0.0, 1.0)  # 1 where x is in float16's subnormal range, else 0 (nan: nan)
-    rest = SCRATCH.take(x, numel)
-    if rest is None:
-        rest = _C.clip(x, -_CLIP, _CLIP)
+    scratch = SCRATCH.take(x, numel)
+    if scratch is None:
+        scratch = _C.clip(x, -_NORMAL, _NORMAL)
     else:
-        _C.assign_out_(x, rest)
-        _C.clip_(rest, -_CLIP, _CLIP)
-    _C.multiply_(small, rest)  # small = x where subnormal, else 0
-    _C.subtract_(rest, small)  # rest = x where normal or beyond, else 0
-    _C.scale_(small, 1.0, _MAGIC, True)
-    _C.scale_(small, 1.0, -_MAGIC, True)  # the subnormal part, rounded to a multiple of 2**-24
-    _C.add_(rest, small)  # one of the two is 0: exact
-    _C.assign_out_(rest, small)
-    _C.scale_(small, _SPLIT, 0.0, True)  # small = c = rest * 8193
-    _C.subtract_(rest, small)  # rest = rest - c
-    _C.add_(small, rest)  # small = c + (rest - c): Veltkamp's split, 11 significant bits
-    _C.scale_(small, _OVERFLOW, 0.0, True)
-    _C.scale_(small, 1.0 / _OVERFLOW, 0.0, True)  # 65536 and above: inf
-    SCRATCH.keep(rest, numel)
-    return small
+        _C.assign_out_(x, scratch)
+        _C.clip_(scratch, -_NORMAL, _NORMAL)  # scratch = u
+    out = _C.scale(scratch, 1.0, _MAGIC, True)
+    _C.scale_(out, 1.0, -_MAGIC, True)
+    _C.subtract_(out, scratch)  # out = e
+    _C.assign_out_(x, scratch)
+    _C.clip_(scratch, -_CLIP, _CLIP)
+    _C.add_(scratch, out)  # scratch = z
+    _C.assign_out_(scratch, out)
+    _C.scale_(out, _SPLIT, 0.0, True)  # out = c
+    _C.subtract_(scratch, out)  # scratch = z - c
+    _C.add_(out, scratch)  # out = c + (z - c): 11 significant bits
+    _C.scale_(out, _OVERFLOW, 0.0, True)
+    _C.scale_(out, 1.0 / _OVERFLOW, 0.0, True)  # 65536 and above: inf
+    SCRATCH.keep(scratch, numel)
+    return out

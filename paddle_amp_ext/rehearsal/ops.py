@@ -181,6 +181,7 @@ def acquire() -> None:
         if _users > 1:
             return
         _compat.watch_for_sot()
+        kernels.SCRATCH.enable()
         for owner, name, op_types, kind in _entry_points():
             original = getattr(owner, name)
             _saved.append((owner, name, original))

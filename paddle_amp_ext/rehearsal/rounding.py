@@ -1,6 +1,6 @@
 """Round float32 tensors to float16/bfloat16 values and back, exactly, differentiably.
 
-float16: fifteen float32 kernels (:func:`paddle_amp_ext._compat.kernels.round_to_float16`),
+float16: thirteen float32 kernels (:func:`paddle_amp_ext._compat.kernels.round_to_float16`),
 exact for every float32 value on both Paddle versions and faster than a cast pair from a few
 thousand elements on (on 3.3.1 Paddle's CPU cast converts in software, 2.3x slower at 512x512;
 on 2.6 it is not exact: 65519 becomes inf), so small tensors take the cast where it is exact.
@@ -56,18 +56,24 @@ def round_exact(x: paddle.Tensor, dtype: str) -> paddle.Tensor:
     return paddle.where(size >= overflow, x * float("inf"), rounded)
 
 
-#: Below this many elements a cast pair (two kernel launches) beats fifteen, where it is exact.
+#: Below this many elements a cast pair (two kernel launches) beats the float16 kernel's passes.
 SMALL = 4096
+
+
+def _cast_rounds(x: paddle.Tensor, dtype: str) -> bool:
+    """Whether Paddle's cast pair is the way to round ``x``: exact here, and for float16 only
+    below :data:`SMALL` elements (two kernel launches beat thirteen passes there)."""
+    return cast_is_exact(dtype) and (dtype != "float16" or math.prod(x.shape) < SMALL)
 
 
 def round_values(x: paddle.Tensor, dtype: str = "float16") -> paddle.Tensor:
     """``x`` (float32) as ``dtype`` would store it, as a new float32 tensor; no gradient."""
     if not x.stop_gradient:
         x = x.detach()
-    if dtype == "float16" and not (cast_is_exact(dtype) and math.prod(x.shape) < SMALL):
-        return round_to_float16(x)
-    if cast_is_exact(dtype):
+    if _cast_rounds(x, dtype):
         return x.astype(dtype).astype("float32")
+    if dtype == "float16":
+        return round_to_float16(x)
     return round_exact(x, dtype)
 
 
@@ -103,7 +109,7 @@ def round_trip(x: paddle.Tensor, dtype: str = "float16") -> paddle.Tensor:
     Outside dygraph (a static program, code being converted by ``to_static``) this is Paddle's
     cast pair, the op a static program can hold.
     """
-    if not paddle.in_dynamic_mode():
+    if not paddle.in_dynamic_mode() or _cast_rounds(x, dtype):  # the cast's backward is a cast
         return x.astype(dtype).astype("float32")
     if x.stop_gradient or not paddle.is_grad_enabled():
         return round_values(x, dtype)
