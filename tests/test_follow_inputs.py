@@ -205,3 +205,15 @@ def test_marks_are_per_dtype():
     with amp.fp16_emulation(layer, dtype="bfloat16"):
         out = paddle.matmul(h, paddle.eye(4))
     assert (out.numpy() == 1.0).all()
+
+
+def test_at_o2_every_op_but_the_black_listed_runs_in_fp16():
+    a = paddle.full([2, 2], 300.0)
+    assert np.isfinite((a * a).numpy()).all()
+    with amp.fp16_emulation(paddle.nn.Linear(1, 1), level="O2"):
+        assert np.isposinf((a * a).numpy()).all(), "O2: float32 inputs are cast to fp16 too"
+        assert np.isposinf(paddle.add(a * 200.0, a * 200.0).numpy()).all(), "60000 + 60000"
+        probs = F.softmax(paddle.to_tensor([[1.0, 1.0 + 2.0**-12]]))
+        assert not np.array_equal(probs.numpy(), fp16(probs.numpy())), "softmax is black-listed: float32"
+    with amp.fp16_emulation(paddle.nn.Linear(1, 1), level="O1"):
+        assert np.isfinite((a * a).numpy()).all(), "O1: a float32 multiply stays float32"
