@@ -66,8 +66,9 @@ LAYER_OPS: Dict[str, Tuple[str, ...]] = {
 }
 EMULATED_DTYPES = ("float16", "bfloat16")
 #: Leaf layers whose whole computation goes through an op-level entry point (``nn.Linear`` calls
-#: ``F.linear``): the op-level path rounds them, weights included, so they get no layer hooks.
-OP_LEVEL_LAYERS = frozenset({"Linear"})
+#: ``F.linear``, ``nn.ReLU`` ``F.relu``, ...; checked on 2.6.2 and 3.3.1): :mod:`.ops` rounds
+#: them, weights included, so they get no layer hooks.
+OP_LEVEL_LAYERS = frozenset({"Linear", "ReLU", "GELU", "Sigmoid", "Tanh", "Dropout"})
 #: Layers whose parameters AMP keeps in float32 even at O2 (Paddle's decorate keeps norms fp32).
 FP32_PARAMETER_LAYERS = frozenset({"LayerNorm", "GroupNorm", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
 
