@@ -76,3 +76,12 @@ def test_checker_lines_are_parsed():
         "some other line",
     ]
     assert checker.parse(lines) == [("matmul_grad", 75000.0), ("multiply", float("inf")), ("conv2d", 90000.0)]
+
+
+def test_only_low_precision_ops_not_yet_named_are_added():
+    checked = [("matmul", 8e4), ("matmul_grad", 7.5e4), ("matmul_grad", 9e4), ("conv2d_grad", 1e5),
+               ("scale_grad", 1e6), ("softmax", 7e4), ("conv2d", 100.0)]
+    white = {"matmul_v2", "matmul", "conv2d"}
+    named = {("matmul_v2", "forward")}  # what the doctor's own watch reported
+    assert checker.unnamed(checked, white, named, 65504.0) == [
+        ("matmul_grad", "matmul", "backward", 7.5e4), ("conv2d_grad", "conv2d", "backward", 1e5)]

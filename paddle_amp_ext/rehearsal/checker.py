@@ -25,10 +25,12 @@ import os
 import random
 import re
 import tempfile
-from typing import Dict, Iterable, Iterator, List, Tuple
+from typing import Collection, Dict, Iterable, Iterator, List, Set, Tuple
 
 import numpy as np
 import paddle
+
+from ..oplists import ALIASES
 
 _FLAGS = ("FLAGS_check_nan_inf", "FLAGS_check_nan_inf_level", "FLAGS_cpu_deterministic",
           "FLAGS_cudnn_deterministic")
@@ -112,3 +114,24 @@ def paddle_checker() -> Iterator[List[Tuple[str, float]]]:
             np.random.set_state(states[1])
             random.setstate(states[2])
             found.extend(_read(directory))
+
+
+def _canonical(op: str) -> str:
+    return ALIASES.get(op, (op,))[0]  # the checker says matmul, eager AMP's lists matmul_v2
+
+
+def unnamed(checked: List[Tuple[str, float]], white: Collection[str], named: Set[Tuple[str, str]],
+            limit: float) -> List[Tuple[str, str, str, float]]:
+    """(op, base op, direction, largest |value|) for each op the checker found beyond ``limit``
+    that AMP runs in low precision (a ``white`` op, or its ``_grad``) and that is not among the
+    (op, direction) pairs already ``named``; one entry per base op and direction."""
+    low = {_canonical(op) for op in white}
+    seen = {(_canonical(op), direction) for op, direction in named}
+    out = []
+    for op, peak in checked:
+        base, direction = (op[:-5], "backward") if op.endswith("_grad") else (op, "forward")
+        key = (_canonical(base), direction)
+        if key[0] in low and key not in seen and peak > limit:
+            seen.add(key)
+            out.append((op, base, direction, peak))
+    return out

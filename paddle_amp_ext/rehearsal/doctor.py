@@ -30,7 +30,6 @@ import paddle
 from .. import _compat, _state
 from .._log import logger
 from ..keep import is_kept_fp32
-from ..oplists import ALIASES
 from . import checker, ops
 from .emulation import LAYER_OPS
 
@@ -265,23 +264,14 @@ def find_overflow(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callab
     return report
 
 
-def _canonical(op: str) -> str:
-    return ALIASES.get(op, (op,))[0]
-
-
 def _with_checked_ops(report: OverflowReport, checked: List[Tuple[str, float]]) -> OverflowReport:
-    """``report`` plus the ops Paddle's checker found beyond the range that AMP runs in float16
-    (the white list's, and their gradients) and the doctor's own watch did not name."""
-    white = {_canonical(op) for op in _compat.default_op_lists(report.dtype, "O1")[0]}
-    named = {(_canonical(op), f.direction) for f in report.findings for op in f.ops}
-    extra: List[Finding] = []
-    for op, peak in checked:
-        base, direction = (op[:-5], "backward") if op.endswith("_grad") else (op, "forward")
-        key = (_canonical(base), direction)
-        if key[0] in white and key not in named and peak > report.limit:
-            named.add(key)
-            extra.append(Finding("", "", (base,), direction, peak, op))
-    return OverflowReport(report.dtype, report.limit, report.findings + tuple(extra)) if extra else report
+    """``report`` plus what Paddle's checker found that AMP runs in float16 and the doctor's own
+    watch did not name."""
+    named = {(op, f.direction) for f in report.findings for op in f.ops}
+    white = _compat.default_op_lists(report.dtype, "O1")[0]
+    extra = tuple(Finding("", "", (base,), direction, peak, op)
+                  for op, base, direction, peak in checker.unnamed(checked, white, named, report.limit))
+    return OverflowReport(report.dtype, report.limit, report.findings + extra) if extra else report
 
 
 class OverflowWatch:
