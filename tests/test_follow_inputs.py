@@ -217,3 +217,36 @@ def test_at_o2_every_op_but_the_black_listed_runs_in_fp16():
         assert not np.array_equal(probs.numpy(), fp16(probs.numpy())), "softmax is black-listed: float32"
     with amp.fp16_emulation(paddle.nn.Linear(1, 1), level="O1"):
         assert np.isfinite((a * a).numpy()).all(), "O1: a float32 multiply stays float32"
+
+
+@pytest.mark.parametrize("build", ["conv", "linear"])
+def test_large_outputs_rounded_in_their_own_buffer_train_the_same(build, monkeypatch):
+    """Conv and BatchNorm layer outputs and compute-op outputs of 1M elements and more are
+    rounded in place (no fresh buffer to fault in): values and gradients as the copying path."""
+    def run():
+        paddle.seed(0)
+        if build == "conv":
+            model = paddle.nn.Sequential(paddle.nn.Conv2D(2, 64, 3, padding=1), paddle.nn.BatchNorm2D(64),
+                                         paddle.nn.ReLU(), paddle.nn.Conv2D(64, 1, 1))
+            x = paddle.rand([4, 2, 64, 64])
+        else:
+            model = paddle.nn.Sequential(paddle.nn.Linear(64, 1024), paddle.nn.GELU(), paddle.nn.Linear(1024, 1))
+            x = paddle.rand([1024, 64])
+        with amp.fp16_emulation(model):
+            out = model(x)
+            (out * out).mean().backward()
+        return out.numpy(), [p.grad.numpy() for p in model.parameters() if p.grad is not None]
+
+    from paddle_amp_ext.rehearsal import rounding
+
+    calls = []
+    apply = rounding._RoundTripInPlace.apply
+    monkeypatch.setattr(rounding._RoundTripInPlace, "apply", lambda x: calls.append(x.shape) or apply(x))
+    in_place_out, in_place_grads = run()
+    assert len(calls) >= 2, "the large outputs took the in-place path"
+    monkeypatch.setattr(kernels.SCRATCH, "min_numel", 1 << 40)  # nothing is large: every rounding copies
+    copy_out, copy_grads = run()
+    np.testing.assert_array_equal(in_place_out, copy_out)
+    assert len(in_place_grads) == len(copy_grads) > 0
+    for a, b in zip(in_place_grads, copy_grads):
+        np.testing.assert_array_equal(a, b)

@@ -58,26 +58,30 @@ class Scratch:
             buffers = self._local.buffers = OrderedDict()
         return buffers
 
-    def take(self, like: paddle.Tensor, numel: int) -> Optional[paddle.Tensor]:
+    def pays(self, numel: int) -> bool:
+        """Whether buffers are kept for a tensor of ``numel`` elements now."""
+        return self.active and self.min_numel <= numel and numel * 4 <= self.max_bytes
+
+    def take(self, like: paddle.Tensor, numel: int, slot: int = 0) -> Optional[paddle.Tensor]:
         """A buffer shaped like ``like`` (contents undefined), or None: none kept for it yet."""
         if numel < self.min_numel:
             return None
         buffers = self._buffers()
         if not buffers:
             return None
-        key = (tuple(like.shape), str(like.place))
+        key = (tuple(like.shape), str(like.place), slot)
         entry = buffers.get(key)
         if entry is None:
             return None
         buffers.move_to_end(key)
         return entry[0]
 
-    def keep(self, buffer: paddle.Tensor, numel: int) -> None:
+    def keep(self, buffer: paddle.Tensor, numel: int, slot: int = 0) -> None:
         """Keep ``buffer`` (of ``numel`` float32 elements) for the next tensor of its shape."""
-        if not self.active or numel < self.min_numel or numel * 4 > self.max_bytes:
+        if not self.pays(numel):
             return
         buffers = self._buffers()
-        buffers[(tuple(buffer.shape), str(buffer.place))] = (buffer, numel * 4)
+        buffers[(tuple(buffer.shape), str(buffer.place), slot)] = (buffer, numel * 4)
         while sum(nbytes for _, nbytes in buffers.values()) > self.max_bytes:
             buffers.popitem(last=False)
 
@@ -90,8 +94,12 @@ class Scratch:
 SCRATCH = Scratch()
 
 
-def round_to_float16(x: paddle.Tensor) -> paddle.Tensor:
+def round_to_float16(x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:
     """A new float32 tensor: ``x`` rounded to the nearest float16 value, ties to even.
+
+    With ``in_place`` and a large ``x`` while scratch buffers are kept (:meth:`Scratch.pays`),
+    the result is written into ``x`` itself and ``x`` is returned: no fresh buffer to fault in,
+    for one more pass.
 
     Values of magnitude >= 65520 become +-inf, nan stays nan, values below float16's
     subnormal range become 0 (as +0; float16 would keep the sign of a negative zero). Exact
@@ -116,7 +124,12 @@ def round_to_float16(x: paddle.Tensor) -> paddle.Tensor:
     else:
         _C.assign_out_(x, scratch)
         _C.hardtanh_(scratch, -_NORMAL, _NORMAL)  # scratch = u
-    out = _C.scale(scratch, 1.0, _MAGIC, True)
+    out = SCRATCH.take(x, numel, 1) if in_place else None
+    if out is None:
+        out = _C.scale(scratch, 1.0, _MAGIC, True)
+    else:
+        _C.assign_out_(scratch, out)
+        _C.scale_(out, 1.0, _MAGIC, True)
     _C.scale_(out, 1.0, -_MAGIC, True)
     _C.subtract_(out, scratch)  # out = e
     _C.assign_out_(x, scratch)
@@ -129,4 +142,8 @@ def round_to_float16(x: paddle.Tensor) -> paddle.Tensor:
     _C.scale_(out, _OVERFLOW, 0.0, True)
     _C.scale_(out, 1.0 / _OVERFLOW, 0.0, True)  # 65536 and above: inf
     SCRATCH.keep(scratch, numel)
+    if in_place and SCRATCH.pays(numel):
+        _C.assign_out_(out, x)
+        SCRATCH.keep(out, numel, 1)
+        return x
     return out

@@ -69,6 +69,9 @@ EMULATED_DTYPES = ("float16", "bfloat16")
 #: ``F.linear``, ``nn.ReLU`` ``F.relu``, ...; checked on 2.6.2 and 3.3.1): :mod:`.ops` rounds
 #: them, weights included, so they get no layer hooks.
 OP_LEVEL_LAYERS = frozenset({"Linear", "ReLU", "GELU", "Sigmoid", "Tanh", "Dropout"})
+#: Layers whose backward does not read their output: a large output is rounded in its own buffer.
+OUTPUT_UNREAD_LAYERS = frozenset({"Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose",
+                                  "Conv3DTranspose", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
 #: Layers whose parameters AMP keeps in float32 even at O2 (Paddle's decorate keeps norms fp32).
 FP32_PARAMETER_LAYERS = frozenset({"LayerNorm", "GroupNorm", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
 
@@ -209,17 +212,22 @@ def _hooked(low: List[Tuple[str, paddle.nn.Layer]], follow: List[Tuple[str, padd
             weights.enter(layer)
         return lowprec.rounded(inputs, dtype)
 
+    def rounded_output(layer: Any, inputs: Any, output: Any) -> Any:
+        args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
+        fresh = type(layer).__name__ in OUTPUT_UNREAD_LAYERS and not any(output is item for item in args)
+        return lowprec.rounded(output, dtype, in_place=fresh)
+
     def post_hook(layer: Any, inputs: Any, output: Any) -> Any:
         if not _compat.runs_eagerly():
             return None
         weights.leave(layer)
-        return lowprec.rounded(output, dtype)
+        return rounded_output(layer, inputs, output)
 
     def follow_hook(layer: Any, inputs: Any, output: Any) -> Any:
         args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
         if not _compat.runs_eagerly() or not lowprec.all_low(args, dtype):
             return output
-        return lowprec.rounded(output, dtype)
+        return rounded_output(layer, inputs, output)
 
     try:
         for _, layer in low:

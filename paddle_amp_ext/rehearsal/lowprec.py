@@ -69,12 +69,13 @@ def all_low(args: Iterable[Any], dtype: str) -> bool:
     return seen
 
 
-def rounded(value: Any, dtype: str) -> Any:
-    """``value`` with each unmarked float32 tensor rounded through ``dtype`` (and marked)."""
+def rounded(value: Any, dtype: str, in_place: bool = False) -> Any:
+    """``value`` with each unmarked float32 tensor rounded through ``dtype`` (and marked);
+    ``in_place`` as for :func:`.rounding.round_trip` (for an op's own outputs only)."""
     if _float32(value):
-        return value if is_low(value, dtype) else mark(round_trip(value, dtype), dtype)
+        return value if is_low(value, dtype) else mark(round_trip(value, dtype, in_place), dtype)
     if isinstance(value, (list, tuple)):
-        return type(value)(rounded(item, dtype) for item in value)
+        return type(value)(rounded(item, dtype, in_place) for item in value)
     return value
 
 

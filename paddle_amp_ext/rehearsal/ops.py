@@ -102,6 +102,9 @@ METHODS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("chunk", ("split",), MOVE),
 )
 
+#: Ops whose backward reads their own output: it is rounded into a new tensor, never in place.
+SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigmoid"})
+
 #: Paddle namespaces whose functions Paddle's own layers call (``paddle.tensor.matmul`` is a
 #: different object from ``paddle.matmul`` on 3.3.1).
 NAMESPACES: Tuple[str, ...] = (
@@ -117,7 +120,7 @@ _observers: List[Callable[[str, Any], None]] = []
 _inside = threading.local()  # .depth: wrapped ops running in this thread
 
 
-def _wrap(original: Callable, op_types: Tuple[str, ...], kind: str) -> Callable:
+def _wrap(original: Callable, name: str, op_types: Tuple[str, ...], kind: str) -> Callable:
     @functools.wraps(original)
     def op(*args: Any, **kwargs: Any) -> Any:
         if getattr(_inside, "depth", 0):
@@ -128,7 +131,7 @@ def _wrap(original: Callable, op_types: Tuple[str, ...], kind: str) -> Callable:
             if lists is None or not _compat.runs_eagerly():
                 out = original(*args, **kwargs)
             else:
-                out = _rehearsed(original, op_types, kind, lists, args, kwargs)
+                out = _rehearsed(original, name, op_types, kind, lists, args, kwargs)
         finally:
             _inside.depth = 0
         if kind == COMPUTE:
@@ -140,7 +143,7 @@ def _wrap(original: Callable, op_types: Tuple[str, ...], kind: str) -> Callable:
     return op
 
 
-def _rehearsed(original: Callable, op_types: Tuple[str, ...], kind: str, lists: Any,
+def _rehearsed(original: Callable, name: str, op_types: Tuple[str, ...], kind: str, lists: Any,
                args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
     dtype = _state.emulated_dtype()
     white, black, level = lists  # the "follow the inputs" rule: Paddle's GetPromoteType
@@ -152,7 +155,10 @@ def _rehearsed(original: Callable, op_types: Tuple[str, ...], kind: str, lists: 
     elif not lowprec.all_low((*args, *kwargs.values()), dtype):
         return original(*args, **kwargs)
     out = original(*args, **kwargs)
-    return lowprec.mark(out, dtype) if kind == MOVE else lowprec.rounded(out, dtype)
+    if kind == MOVE:
+        return lowprec.mark(out, dtype)
+    fresh = name not in SAVES_OUTPUT and not any(out is value for value in (*args, *kwargs.values()))
+    return lowprec.rounded(out, dtype, in_place=fresh)  # a fresh output no backward reads
 
 
 def _entry_points() -> List[Tuple[Any, str, Tuple[str, ...], str]]:
@@ -185,7 +191,7 @@ def acquire() -> None:
         for owner, name, op_types, kind in _entry_points():
             original = getattr(owner, name)
             _saved.append((owner, name, original))
-            setattr(owner, name, _wrap(original, op_types, kind))
+            setattr(owner, name, _wrap(original, name, op_types, kind))
 
 
 def release() -> None:
