@@ -161,7 +161,9 @@ def _rehearsed(original: Callable, name: str, op_types: Tuple[str, ...], kind: s
     return lowprec.rounded(out, dtype, in_place=fresh)  # a fresh output no backward reads
 
 
+@functools.lru_cache(maxsize=1)
 def _entry_points() -> List[Tuple[Any, str, Tuple[str, ...], str]]:
+    """(owner, attribute, op types, kind) of every entry point this Paddle has (looked up once)."""
     import importlib
 
     found: List[Tuple[Any, str, Tuple[str, ...], str]] = []
