@@ -109,12 +109,6 @@ def classify_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset, 
     return low, follow
 
 
-def low_precision_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset,
-                         level: str = "O1") -> List[Tuple[str, paddle.nn.Layer]]:
-    """Leaf layers AMP would run in low precision whatever their inputs (keep-fp32 excluded)."""
-    return classify_layers(model, white, black, level)[0]
-
-
 @contextlib.contextmanager
 def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str = "O1",
                    config: Optional[AmpConfig] = None, custom_white_list: Any = None,
