@@ -25,3 +25,18 @@ def fresh_state():
 def caplog_amp(caplog):
     caplog.set_level(logging.DEBUG, logger="paddle_amp_ext")
     return caplog
+
+
+@pytest.fixture(params=["native", "arithmetic"])
+def fp16_kernel(request, monkeypatch):
+    """Run the test with each float16 rounding kernel: the compiled one-pass kernel, and Paddle's
+    thirteen float32 kernels (the fallback where it cannot be built)."""
+    from helpers import require_native_kernel
+
+    from paddle_amp_ext._compat import kernels
+
+    if request.param == "native":
+        require_native_kernel()
+    else:
+        monkeypatch.setattr(kernels, "fp16_rounder", lambda: None)
+    return request.param

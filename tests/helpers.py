@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import paddle
+import pytest
 
 
 def make_mlp(seed: int = 0, width: int = 16, depth: int = 2, inputs: int = 8, outputs: int = 1):
@@ -37,3 +40,15 @@ def in_another_thread(probe):
     thread.start()
     thread.join(30)
     return result["value"]
+
+
+def require_native_kernel() -> None:
+    """Skip where the one-pass F16C rounding kernel cannot be had; under CI=true (an x86 machine
+    with gcc) fail instead: the rehearsal's speed depends on it there."""
+    from paddle_amp_ext._native import status
+
+    current = status()
+    if not current.available:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the native fp16 kernel is not available under CI: {current}")
+        pytest.skip(str(current))

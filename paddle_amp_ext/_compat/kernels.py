@@ -1,7 +1,11 @@
-"""float16 rounding as a sequence of float32 eager kernels (``paddle._C_ops``), no casts.
+"""float16 rounding of float32 tensors: one pass of the compiled F16C kernel where it can be had
+(:mod:`paddle_amp_ext._native`), else a sequence of float32 eager kernels (``paddle._C_ops``).
 
-Relies on ``paddle._C_ops.{hardtanh, hardtanh_, scale, assign_out_, scale_, subtract_, add_}`` with
-the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU). Calling
+The one-pass kernel reads and writes the tensors' memory through ``Tensor.data_ptr()`` (CPU,
+contiguous float32 only) and allocates outputs with ``paddle._C_ops.empty_like(x, dtype,
+place)``. The arithmetic path relies on ``paddle._C_ops.{hardtanh, hardtanh_, scale, assign_out_,
+scale_, subtract_, add_}``. All with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on
+both, CPU). Calling
 the kernels directly skips the Python-side argument binding of the public API, and the in-place
 forms need two buffers, not thirteen. Fresh buffers are what costs on a CPU: Paddle's CPU
 allocator hands large blocks back to the system, so a fresh 8 MB tensor page-faults on first
@@ -24,6 +28,8 @@ from collections import OrderedDict
 from typing import Optional
 
 import paddle
+
+from .._native import fp16_rounder
 
 _C = paddle._C_ops
 
@@ -94,17 +100,43 @@ class Scratch:
 SCRATCH = Scratch()
 
 
+def rounds_in_place(numel: int) -> bool:
+    """Whether ``round_to_float16(x, in_place=True)`` writes into ``x`` (a float32 CPU tensor of
+    ``numel`` elements) now: always with the one-pass kernel, else for large tensors while
+    scratch buffers are kept."""
+    return fp16_rounder() is not None or SCRATCH.pays(numel)
+
+
 def round_to_float16(x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:
-    """A new float32 tensor: ``x`` rounded to the nearest float16 value, ties to even.
+    """A new float32 tensor: ``x`` (float32) rounded to the nearest float16 value, ties to even.
+
+    With ``in_place`` where :func:`rounds_in_place` says so, the result is written into ``x``
+    itself and ``x`` is returned (no fresh buffer to fault in).
+
+    Values of magnitude >= 65520 become +-inf, nan stays nan, values below float16's
+    subnormal range become 0. Exact for every float32 input, checked exhaustively against
+    numpy's conversion on both versions (``scripts/check_fp16_rounding``): the one-pass kernel
+    is F16C's conversion; :func:`round_arithmetic` gives +0 where float16 keeps the sign of a
+    negative zero.
+
+    Not differentiable by itself; call it on tensors that need no gradient.
+    """
+    numel = math.prod(x.shape)
+    rounder = fp16_rounder()
+    if (rounder is not None and numel and x.dtype == paddle.float32 and x.place.is_cpu_place()
+            and x.is_contiguous()):
+        out = x if in_place else _C.empty_like(x, paddle.float32, x.place)
+        rounder(x.data_ptr(), out.data_ptr(), numel)
+        return out
+    return round_arithmetic(x, in_place)
+
+
+def round_arithmetic(x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:
+    """:func:`round_to_float16` with Paddle's float32 kernels, on any device.
 
     With ``in_place`` and a large ``x`` while scratch buffers are kept (:meth:`Scratch.pays`),
     the result is written into ``x`` itself and ``x`` is returned: no fresh buffer to fault in,
-    for one more pass.
-
-    Values of magnitude >= 65520 become +-inf, nan stays nan, values below float16's
-    subnormal range become 0 (as +0; float16 would keep the sign of a negative zero). Exact
-    for every float32 input (checked exhaustively against numpy's conversion on both
-    versions). Thirteen in-place passes over two buffers:
+    for one more pass. Thirteen in-place passes over two buffers:
 
     1. ``u = clip(x, -2**-14, 2**-14)`` and ``e = ((u + 0.75) - 0.75) - u``: the error of
        rounding ``u`` to a multiple of 2**-24, float16's subnormal rounding; ``e`` is 0 where
@@ -114,8 +146,6 @@ def round_to_float16(x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:
     3. Veltkamp's split ``c = 8193 z; c + (z - c)`` rounds ``z`` to 11 significant bits, ties
        to even, and leaves the subnormal roundings as they are;
     4. times 2**112 and back: inf exactly where the rounding reached 65536.
-
-    Not differentiable by itself; call it on tensors that need no gradient.
     """
     numel = math.prod(x.shape)
     scratch = SCRATCH.take(x, numel)

@@ -1,9 +1,10 @@
 """Round float32 tensors to float16/bfloat16 values and back, exactly, differentiably.
 
-float16: thirteen float32 kernels (:func:`paddle_amp_ext._compat.kernels.round_to_float16`),
-exact for every float32 value on both Paddle versions and faster than a cast pair from a few
-thousand elements on (on 3.3.1 Paddle's CPU cast converts in software, 2.3x slower at 512x512;
-on 2.6 it is not exact: 65519 becomes inf), so small tensors take the cast where it is exact.
+float16: :func:`paddle_amp_ext._compat.kernels.round_to_float16`, one pass of a compiled F16C
+kernel or thirteen float32 kernels, exact for every float32 value on both Paddle versions and
+faster than a cast pair from a few thousand elements on (on 3.3.1 Paddle's CPU cast converts in
+software, 2.3x slower than the thirteen kernels at 512x512; on 2.6 it is not exact: 65519 becomes
+inf), so small tensors take the cast where it is exact: its backward is Paddle's own.
 
 bfloat16: Paddle 3.x's CPU cast rounds to nearest-even, so ``t.astype('bfloat16')
 .astype('float32')`` is exact there; a probe decides once per process, and where the cast is
@@ -22,7 +23,7 @@ from typing import Dict, Tuple
 import numpy as np
 import paddle
 
-from .._compat.kernels import SCRATCH, round_to_float16
+from .._compat.kernels import round_to_float16, rounds_in_place
 
 #: dtype -> (Veltkamp split factor 2**(24 - p) + 1 for p significand bits, smallest normal,
 #: magic constant whose float32 ulp is the subnormal quantum, overflow threshold: the midpoint
@@ -125,8 +126,9 @@ def round_trip(x: paddle.Tensor, dtype: str = "float16", in_place: bool = False)
     """
     if not paddle.in_dynamic_mode() or _cast_rounds(x, dtype):  # the cast's backward is a cast
         return x.astype(dtype).astype("float32")
+    in_place = in_place and dtype == "float16" and rounds_in_place(math.prod(x.shape))
     if x.stop_gradient or not paddle.is_grad_enabled():
-        return round_values(x, dtype)
-    if in_place and dtype == "float16" and SCRATCH.pays(math.prod(x.shape)):
+        return round_to_float16(x, in_place=True) if in_place else round_values(x, dtype)
+    if in_place:
         return _RoundTripInPlace.apply(x)
     return _RoundTrip.apply(x, dtype)

@@ -1,0 +1,219 @@
+"""Build, cache and load the one-pass float16 rounding kernel (``fp16round.c``).
+
+The fp16 rehearsal rounds every weight, activation and gradient that AMP would hold in float16,
+on a CPU. Paddle's kernels can do that exactly in thirteen float32 passes
+(:func:`paddle_amp_ext._compat.kernels.round_to_float16`); the x86 F16C instructions do it in
+one (about 7x faster at 512x512). Paddle exposes no such kernel on a CPU (its cast converts in
+software), so the C file is compiled on first use with the machine's C compiler, cached, and
+loaded with :mod:`ctypes`. Nothing here runs at import time.
+
+Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same results:
+
+- ``PADDLE_AMP_EXT_NATIVE=0`` (or ``false``/``off``/``no``) turns it off;
+- a CPU other than x86 with F16C (e.g. aarch64), or no C compiler (``CC``, then Python's
+  compiler, then ``cc``) and no library built before (a cache folder may hold one built on
+  another machine of the same kind: ``docker/Dockerfile.cpu`` builds it, then drops gcc);
+- no writable cache folder and no temporary folder (the kernel is built in
+  ``$PADDLE_AMP_EXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/paddle_amp_ext`` or
+  ``~/.cache/paddle_amp_ext``; failing that in a private temporary folder removed after
+  loading);
+- a library that does not round a probe exactly as numpy does.
+
+:func:`status` says which, and why; ``python -m paddle_amp_ext.check`` shows it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+logger = logging.getLogger(__name__)
+
+ENV_SWITCH = "PADDLE_AMP_EXT_NATIVE"
+ENV_CACHE = "PADDLE_AMP_EXT_CACHE_DIR"
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp16round.c")
+_OFF = ("0", "false", "off", "no")
+_ON = ("", "1", "true", "on", "yes")
+_X86 = ("x86_64", "amd64", "i386", "i686", "x86")
+
+#: ``rounder(src_ptr, dst_ptr, n)``: rounds ``n`` float32 values (``dst`` may be ``src``).
+Rounder = Callable[[int, int, int], int]
+
+
+@dataclass(frozen=True)
+class NativeStatus:
+    """Whether the one-pass kernel is in use, and where it came from or why not."""
+
+    available: bool
+    detail: str
+
+    def __str__(self) -> str:
+        return ("native F16C kernel: " if self.available else "Paddle kernels (13 passes): ") + self.detail
+
+
+class BuildError(RuntimeError):
+    """The kernel could not be built or loaded; the message says why."""
+
+
+def compiler() -> Optional[List[str]]:
+    """The C compiler command: ``$CC``, else Python's own compiler, else ``cc``; None if absent."""
+    for text in (os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "", "cc"):
+        words = shlex.split(text)
+        if words and shutil.which(words[0]):
+            return words
+    return None
+
+
+def cache_dir() -> str:
+    """Where built kernels are kept (see the module docstring)."""
+    explicit = os.environ.get(ENV_CACHE)
+    if explicit:
+        return explicit
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "paddle_amp_ext")
+
+
+_FLAGS = ("-O2", "-shared", "-fPIC")
+NO_COMPILER = "no C compiler found (set CC, or install gcc)"
+
+
+def library_name() -> str:
+    """The cached file's name: changes with the source, the flags and the machine, not with the
+    compiler (a library built where there is one loads where there is none)."""
+    with open(SOURCE, "rb") as handle:
+        digest = hashlib.sha256(handle.read())
+    digest.update(f"{' '.join(_FLAGS)} {sys.platform} {platform.machine()}".encode())
+    return f"fp16round-{digest.hexdigest()[:16]}.so"
+
+
+def _compile(cc: List[str], target: str) -> None:
+    """Compile to ``target`` through a temporary name in its folder, then rename: concurrent
+    builds (one per rank of a launch) never load a half-written file."""
+    handle, partial = tempfile.mkstemp(prefix=".fp16round-", suffix=".so", dir=os.path.dirname(target))
+    os.close(handle)
+    try:
+        proc = subprocess.run([*cc, *_FLAGS, "-o", partial, SOURCE], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise BuildError(f"{' '.join(cc)} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+
+
+def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Rounder, str]:
+    """Load the kernel cached in ``folder``, building it first (with ``cc``) if it is absent or
+    damaged."""
+    target = os.path.join(folder, library_name())
+    if os.path.exists(target):
+        try:
+            return _load(target), target
+        except OSError as exc:  # a file cut short (full disk, killed build): build it again
+            if cc is None:
+                raise BuildError(f"{target} does not load ({exc}) and {NO_COMPILER}") from None
+            os.remove(target)
+    if cc is None:
+        raise BuildError(NO_COMPILER)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    _compile(cc, target)
+    return _load(target), target
+
+
+def _probe() -> Tuple[List[float], List[float]]:
+    """Values at every kind of rounding decision, and what numpy's float16 conversion makes of them."""
+    import numpy as np
+
+    values = np.array([0.1, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, 2049.0, 2051.0, 65504.0, 65519.0, 65520.0,
+                       -7.0e4, 3.0e38, float("inf"), 2.0**-14, 2.0**-25, 3 * 2.0**-26, 2.0**-26, 1e-8,
+                       1e-40, -1e-6, 0.0, 8.0, 12345.678], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        expected = values.astype(np.float16).astype(np.float32)
+    return values.tolist(), expected.tolist()
+
+
+def _load(path: str) -> Rounder:
+    lib = ctypes.CDLL(path)
+    lib.pae_fp16_supported.restype = ctypes.c_int
+    lib.pae_fp16_supported.argtypes = []
+    rounder = lib.pae_round_fp16
+    rounder.restype = ctypes.c_int
+    rounder.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    if not lib.pae_fp16_supported():
+        raise BuildError("this CPU has no F16C instructions")
+    values, expected = _probe()
+    buffer = (ctypes.c_float * len(values))(*values)
+    rounder(ctypes.addressof(buffer), ctypes.addressof(buffer), len(values))
+    if list(buffer) != expected:
+        raise BuildError(f"the built kernel rounded a probe wrongly: {list(buffer)} != {expected}")
+    return rounder
+
+
+def _build() -> Tuple[Optional[Rounder], str]:
+    switch = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if switch in _OFF:
+        return None, f"turned off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
+    if switch not in _ON:
+        logger.warning("%s=%r is not one of 0/1 (or true/false, on/off, yes/no); the native kernel stays on.",
+                       ENV_SWITCH, os.environ[ENV_SWITCH])
+    if platform.machine().lower() not in _X86:
+        return None, f"no F16C kernel for a {platform.machine()} CPU"
+    cc = compiler()
+    try:
+        try:
+            return _build_in(cc, cache_dir())
+        except OSError as exc:  # cache folder not writable, or disk full (only when compiling)
+            logger.debug("building in %s failed (%s); building in a temporary folder", cache_dir(), exc)
+            folder = tempfile.mkdtemp(prefix="paddle_amp_ext-")
+            try:
+                rounder, _ = _build_in(cc, folder)
+                return rounder, f"built in a temporary folder ({cache_dir()}: {exc})"
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)  # the loaded mapping outlives the file
+    except (BuildError, OSError, subprocess.SubprocessError) as exc:
+        return None, str(exc)
+
+
+_LOCK = threading.Lock()
+_RESULT: List[Tuple[Optional[Rounder], str]] = []
+
+
+def _result() -> Tuple[Optional[Rounder], str]:
+    if not _RESULT:
+        with _LOCK:
+            if not _RESULT:
+                rounder, detail = _build()
+                if rounder is None:
+                    logger.info("fp16 rehearsal: the one-pass rounding kernel is not used (%s); Paddle's "
+                                "kernels round exactly, about 7x slower.", detail)
+                _RESULT.append((rounder, detail))
+    return _RESULT[0]
+
+
+def fp16_rounder() -> Optional[Rounder]:
+    """The loaded kernel (built on the first call in a process), or None where it cannot be had."""
+    return (_RESULT[0] if _RESULT else _result())[0]
+
+
+def status() -> NativeStatus:
+    """Whether :func:`fp16_rounder` gives a kernel, and the library's path or the reason it does not."""
+    rounder, detail = _result()
+    return NativeStatus(rounder is not None, detail)
+
+
+def reset() -> None:
+    """Forget the loaded kernel: the next call builds or loads again (after changing the
+    environment, e.g. in tests)."""
+    with _LOCK:
+        _RESULT.clear()

@@ -1,0 +1,212 @@
+"""The one-pass F16C float16 rounding kernel: built on first use, cached, loaded; exact; and the
+rehearsal falls back to Paddle's kernels, with the same results, wherever it cannot be had."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+from helpers import require_native_kernel
+
+import paddle_amp_ext as amp
+from paddle_amp_ext._compat import kernels
+from paddle_amp_ext._native import build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def rebuild(monkeypatch, tmp_path):
+    """A fresh build state with the cache in ``tmp_path``; the real kernel is loaded again after."""
+    monkeypatch.setenv(build.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.delenv(build.ENV_SWITCH, raising=False)
+    build.reset()
+    yield tmp_path / "cache"
+    monkeypatch.undo()
+    build.reset()
+
+
+def fp16(values):
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def wide_values(size, seed=0):
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(size) * 10.0 ** rng.integers(-12, 7, size)
+    return values.astype(np.float32)
+
+
+def test_builds_into_the_cache_and_loads_from_it(rebuild):
+    require_native_kernel()
+    first = build.status()
+    assert first.available and first.detail.startswith(str(rebuild)), first
+    assert os.listdir(rebuild) == [os.path.basename(first.detail)], "one library, no partial files left"
+    assert str(first).startswith("native F16C kernel: ")
+    build.reset()
+    built_at = os.path.getmtime(first.detail)
+    assert build.status() == first and os.path.getmtime(first.detail) == built_at, "loaded, not built again"
+
+
+def test_a_damaged_cached_library_is_built_again(rebuild, monkeypatch, tmp_path):
+    require_native_kernel()
+    folder = tmp_path / "damaged"
+    folder.mkdir()
+    monkeypatch.setenv(build.ENV_CACHE, str(folder))
+    build.reset()
+    path = str(folder / build.library_name())
+    with open(path, "wb") as handle:  # (never over a loaded library: its mapping would break)
+        handle.write(b"\x7fELF cut short by a full disk")
+    assert build.status().available and build.status().detail == path
+    assert os.path.getsize(path) > 1000
+
+
+def test_an_unusable_cache_folder_builds_in_a_temporary_one(rebuild, monkeypatch, tmp_path):
+    require_native_kernel()
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv(build.ENV_CACHE, str(blocked))
+    build.reset()
+    current = build.status()
+    assert current.available, current
+    assert current.detail.startswith(f"built in a temporary folder ({blocked}: ")
+
+
+def no_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(build.sysconfig, "get_config_var", lambda name: None)
+    assert build.compiler() is None
+
+
+def test_a_library_built_before_loads_without_a_compiler(rebuild, monkeypatch, tmp_path):
+    """As in docker/Dockerfile.cpu: built at image build time, the compiler removed after."""
+    require_native_kernel()
+    built = build.status()
+    build.reset()
+    no_compiler(monkeypatch, tmp_path)
+    assert build.status() == built
+
+
+def test_a_damaged_library_without_a_compiler_says_both(rebuild, monkeypatch, tmp_path):
+    rebuild.mkdir()
+    (rebuild / build.library_name()).write_bytes(b"not a library")
+    if build.platform.machine().lower() not in build._X86:
+        pytest.skip("no F16C kernel is built on this CPU")
+    no_compiler(monkeypatch, tmp_path)
+    current = build.status()
+    assert not current.available
+    assert current.detail.startswith(f"{rebuild / build.library_name()} does not load (")
+    assert current.detail.endswith("and no C compiler found (set CC, or install gcc)")
+
+
+def test_without_a_compiler_the_reason_is_given(rebuild, monkeypatch, tmp_path):
+    if build.platform.machine().lower() not in build._X86:
+        pytest.skip("no F16C kernel is built on this CPU")
+    no_compiler(monkeypatch, tmp_path)
+    current = build.status()
+    assert not current.available and build.fp16_rounder() is None
+    assert current.detail == "no C compiler found (set CC, or install gcc)"
+    assert str(current) == "Paddle kernels (13 passes): no C compiler found (set CC, or install gcc)"
+
+
+def test_a_failing_compiler_is_named(rebuild, monkeypatch):
+    if build.platform.machine().lower() not in build._X86:
+        pytest.skip("no F16C kernel is built on this CPU")
+    monkeypatch.setenv("CC", "false")
+    current = build.status()
+    assert not current.available
+    assert current.detail.startswith("false failed (exit 1)"), current.detail
+    assert [p for p in os.listdir(rebuild)] == [], "the partial output is removed"
+
+
+@pytest.mark.parametrize("value", ["0", "off", "False", "no"])
+def test_the_switch_turns_it_off(rebuild, monkeypatch, value):
+    monkeypatch.setenv(build.ENV_SWITCH, value)
+    assert build.status().detail == f"turned off by {build.ENV_SWITCH}={value}"
+    assert build.fp16_rounder() is None
+    values = wide_values(5000)
+    np.testing.assert_array_equal(kernels.round_to_float16(paddle.to_tensor(values)).numpy(), fp16(values))
+
+
+def test_an_unknown_switch_value_warns_and_keeps_it_on(rebuild, monkeypatch, caplog_amp):
+    monkeypatch.setenv(build.ENV_SWITCH, "sometimes")
+    build.status()
+    assert "PADDLE_AMP_EXT_NATIVE='sometimes' is not one of 0/1" in caplog_amp.text
+
+
+def test_processes_building_at_once_share_one_library(rebuild):
+    require_native_kernel()
+    code = "from paddle_amp_ext._native import status; s = status(); print(s.available, s.detail)"
+    env = {**os.environ, build.ENV_CACHE: str(rebuild)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(3)]
+    outputs = {p.communicate(timeout=120)[0].strip() for p in procs}
+    assert len(outputs) == 1 and outputs.pop().startswith(f"True {rebuild}")
+    assert len(os.listdir(rebuild)) == 1
+
+
+def test_in_place_writes_into_the_tensor_and_views_are_handled():
+    require_native_kernel()
+    values = wide_values(4096).reshape(64, 64)
+    x = paddle.to_tensor(values)
+    pointer = x.data_ptr()
+    out = kernels.round_to_float16(x, in_place=True)
+    assert out.data_ptr() == pointer
+    np.testing.assert_array_equal(x.numpy(), fp16(values))
+    fresh = paddle.to_tensor(values)
+    copy = kernels.round_to_float16(fresh)
+    assert copy.data_ptr() != fresh.data_ptr()
+    np.testing.assert_array_equal(fresh.numpy(), values, "the input is kept")
+    transposed = paddle.to_tensor(values).t()  # a strided view on Paddle 3.x and 2.6: not contiguous
+    np.testing.assert_array_equal(kernels.round_to_float16(transposed).numpy(), fp16(values.T))
+    rows = paddle.to_tensor(values)[10:20]  # a view with an offset
+    np.testing.assert_array_equal(kernels.round_to_float16(rows).numpy(), fp16(values[10:20]))
+    empty = paddle.to_tensor(np.zeros((0, 3), np.float32))
+    assert kernels.round_to_float16(empty).shape == [0, 3]
+
+
+def test_a_rehearsal_trains_the_same_with_either_kernel(monkeypatch):
+    require_native_kernel()
+
+    def run():
+        paddle.seed(0)
+        model = paddle.nn.Sequential(paddle.nn.Linear(64, 256), paddle.nn.ReLU(), paddle.nn.Linear(256, 1))
+        opt = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
+        x, y = paddle.randn([128, 64]) * 30, paddle.randn([128, 1])
+        losses = []
+        with amp.fp16_emulation(model):
+            for _ in range(3):
+                loss = paddle.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                opt.clear_grad()
+                losses.append(float(loss))
+        return losses, [p.numpy() for p in model.parameters()]
+
+    native_losses, native_params = run()
+    monkeypatch.setattr(kernels, "fp16_rounder", lambda: None)
+    arithmetic_losses, arithmetic_params = run()
+    assert native_losses == arithmetic_losses
+    for a, b in zip(native_params, arithmetic_params):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_every_bit_pattern_of_a_sample_rounds_as_numpy_does():
+    """Every 4099th float32 bit pattern (1M values over all exponents) through both kernels;
+    ``scripts/check_fp16_rounding.py`` checks all 2**32."""
+    spec = importlib.util.spec_from_file_location("check_fp16_rounding",
+                                                  os.path.join(ROOT, "scripts", "check_fp16_rounding.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    which = ["native", "arithmetic"] if build.status().available else ["arithmetic"]
+    report = script.check(which, step=4099)
+    for name in which:
+        assert report[name]["checked"] == 1047809 and report[name]["wrong"] == 0, report
+    assert script.passed(report)
+    assert report["arithmetic"]["zero_sign"] > 0, "the documented +0 for flushed negatives"
