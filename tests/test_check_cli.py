@@ -29,6 +29,19 @@ def test_human_report_on_a_cpu_build():
     assert "Traceback" not in proc.stderr and "ccache" not in proc.stderr
 
 
+def test_the_report_says_how_the_fp16_rehearsal_rounds():
+    from paddle_amp_ext._native import status
+
+    current = status()
+    proc = run_cli("--json")
+    assert json.loads(proc.stdout)["rehearsal_rounding"] == {"native": current.available, "detail": current.detail}
+    assert f"fp16 rehearsal rounds with the {current}" in run_cli().stdout
+    off = subprocess.run([sys.executable, "-m", "paddle_amp_ext.check"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PADDLE_AMP_EXT_NATIVE": "0"})
+    assert ("fp16 rehearsal rounds with the Paddle kernels (13 passes): turned off by PADDLE_AMP_EXT_NATIVE=0"
+            in off.stdout)
+
+
 def test_json_schema_is_stable():
     proc = run_cli("--json")
     assert proc.returncode == 0

@@ -15,6 +15,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy
 
+from .._native import NativeStatus
+from .._native import status as rounding_status
 from ..config import AmpConfig
 from ..gate import AmpDecision, DeviceInfo, decide
 from . import FOUND, OK, UsageError, emit, fail, parse
@@ -35,6 +37,7 @@ class CheckReport:
     what_if: bool = False
     smoke: Optional[str] = None
     device: Optional[DeviceInfo] = None  # the GPU the verdict is for
+    rounding: Optional[NativeStatus] = None  # the fp16 rehearsal's rounding kernel
 
     def to_dict(self) -> dict:
         return {
@@ -59,6 +62,8 @@ class CheckReport:
             "decision": self.decision.to_dict(),
             "notes": list(self.notes),
             "smoke": self.smoke,
+            "rehearsal_rounding": None if self.rounding is None else {
+                "native": self.rounding.available, "detail": self.rounding.detail},
         }
 
 
@@ -150,6 +155,7 @@ def collect(requested: str = "auto", what_if: Optional[DeviceInfo] = None, smoke
         what_if=what_if is not None,
         smoke=smoke_text,
         device=device,
+        rounding=rounding_status(),
     )
 
 
@@ -160,6 +166,10 @@ def render(report: CheckReport) -> str:
         f"  Paddle        {report.paddle_version}",
         f"  CUDA / cuDNN  {report.cuda_version or 'CPU build'} / {report.cudnn_version or '-'}",
         f"  numpy         {report.numpy_version}",
+    ]
+    if report.rounding is not None:
+        lines.append(f"  fp16 rehearsal rounds with the {report.rounding}")
+    lines += [
         "",
         "GPUs" + (" (what-if, not present)" if report.what_if else ""),
     ]
