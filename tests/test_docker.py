@@ -76,3 +76,20 @@ def test_copied_paths_exist_and_build_context_skips_venvs():
                     assert (ROOT / item).exists(), f"{path.name}: COPY {item} does not exist"
     ignore = (ROOT / ".dockerignore").read_text().split()
     assert ".venv*" in ignore and "runs" in ignore
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_the_rehearsal_kernel_is_built_into_the_image(path):
+    """Built at image build time into a cache folder the running container reads (the CPU image
+    installs gcc for that step only); the folder belongs to the image's user."""
+    steps = instructions(path)
+    env = dict(rest.split("=", 1) for keyword, rest in steps if keyword == "ENV" and "=" in rest)
+    folder = env.get("PADDLE_AMP_EXT_CACHE_DIR", "")
+    assert folder.startswith("/opt/paddle-amp-ext/")
+    build = [rest for keyword, rest in steps if keyword == "RUN" and "paddle_amp_ext._native import status" in rest]
+    assert len(build) == 1
+    assert "chown -R amp" in build[0] and "/opt/paddle-amp-ext" in build[0]
+    if path.name.endswith("cpu"):
+        words = build[0]
+        assert words.index("apt-get install -y --no-install-recommends gcc") < words.index("_native import status") \
+            < words.index("apt-get purge -y --auto-remove gcc"), "gcc only for the build"
