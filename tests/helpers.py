@@ -44,11 +44,12 @@ def in_another_thread(probe):
 
 def require_native_kernel() -> None:
     """Skip where the one-pass F16C rounding kernel cannot be had; under CI=true (an x86 machine
-    with gcc) fail instead: the rehearsal's speed depends on it there."""
+    with gcc) fail instead, unless PADDLE_AMP_EXT_NATIVE turned it off: the rehearsal's speed
+    depends on it there."""
     from paddle_amp_ext._native import status
 
     current = status()
     if not current.available:
-        if os.environ.get("CI") == "true":
+        if os.environ.get("CI") == "true" and not current.detail.startswith("turned off by"):
             pytest.fail(f"the native fp16 kernel is not available under CI: {current}")
         pytest.skip(str(current))

@@ -196,7 +196,7 @@ def _result() -> Tuple[Optional[Rounder], str]:
                 rounder, detail = _build()
                 if rounder is None:
                     logger.info("fp16 rehearsal: the one-pass rounding kernel is not used (%s); Paddle's "
-                                "kernels round exactly, about 7x slower.", detail)
+                                "kernels round exactly, about 7x slower per tensor.", detail)
                 _RESULT.append((rounder, detail))
     return _RESULT[0]
 

@@ -1,11 +1,11 @@
 """fp16/bf16 dry run on any device: round what AMP would hold in low precision.
 
 Under :func:`fp16_emulation`, values are rounded through the low-precision type where AMP
-would compute in it (thirteen exact float32 kernels for float16, see :mod:`.rounding`), forward
-and backward: values below fp16's subnormal range become 0 and values above 65504 become inf,
-exactly as fp16 storage would make them, so underflow, overflow and loss scaling can be
-rehearsed on a CPU. The real Paddle scaler machinery (``check_finite_and_unscale``, skip,
-update) runs inside the context.
+would compute in it (for float16 one pass of a compiled F16C kernel, else thirteen exact
+float32 kernels; see :mod:`.rounding`), forward and backward: values below fp16's subnormal
+range become 0 and values above 65504 become inf, exactly as fp16 storage would make them, so
+underflow, overflow and loss scaling can be rehearsed on a CPU. The real Paddle scaler
+machinery (``check_finite_and_unscale``, skip, update) runs inside the context.
 
 Ops are rounded where they are called (:mod:`.ops`): ``paddle.matmul``, ``@``, ``einsum``,
 ``F.linear`` (so every ``nn.Linear``), ``F.conv2d``, and the "follow the inputs" ops after
