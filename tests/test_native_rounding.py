@@ -105,6 +105,27 @@ def test_a_damaged_library_without_a_compiler_says_both(rebuild, monkeypatch, tm
     assert current.detail.endswith("and no C compiler found (set CC, or install gcc)")
 
 
+def test_a_full_cache_disk_builds_in_a_temporary_folder(rebuild, monkeypatch, tmp_path):
+    """The compiler cannot write into the cache folder (as on a full disk): built again in a
+    private temporary folder, and the reason kept."""
+    require_native_kernel()
+    real, full = build.compiler(), tmp_path / "full"
+    monkeypatch.setenv(build.ENV_CACHE, str(full))
+    build.reset()
+    wrapper = tmp_path / "cc"
+    wrapper.write_text(f"""#!/bin/sh
+case "$*" in *{full}*) echo "fatal error: write failed: No space left on device" >&2; exit 1;; esac
+exec {' '.join(real)} "$@"
+""")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    current = build.status()
+    assert current.available, current
+    assert current.detail == (f"built in a temporary folder ({full}: {wrapper} failed (exit 1): "
+                              "fatal error: write failed: No space left on device)")
+    assert os.listdir(full) == [], "nothing half-written left in the cache"
+
+
 def test_without_a_compiler_the_reason_is_given(rebuild, monkeypatch, tmp_path):
     if build.platform.machine().lower() not in build._X86:
         pytest.skip("no F16C kernel is built on this CPU")

@@ -160,6 +160,9 @@ def _load(path: str) -> Rounder:
     return rounder
 
 
+_FAILURES = (BuildError, OSError, subprocess.SubprocessError)
+
+
 def _build() -> Tuple[Optional[Rounder], str]:
     switch = os.environ.get(ENV_SWITCH, "").strip().lower()
     if switch in _OFF:
@@ -171,18 +174,24 @@ def _build() -> Tuple[Optional[Rounder], str]:
         return None, f"no F16C kernel for a {platform.machine()} CPU"
     cc = compiler()
     try:
-        try:
-            return _build_in(cc, cache_dir())
-        except OSError as exc:  # cache folder not writable, or disk full (only when compiling)
-            logger.debug("building in %s failed (%s); building in a temporary folder", cache_dir(), exc)
-            folder = tempfile.mkdtemp(prefix="paddle_amp_ext-")
-            try:
-                rounder, _ = _build_in(cc, folder)
-                return rounder, f"built in a temporary folder ({cache_dir()}: {exc})"
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)  # the loaded mapping outlives the file
-    except (BuildError, OSError, subprocess.SubprocessError) as exc:
-        return None, str(exc)
+        return _build_in(cc, cache_dir())
+    except _FAILURES as exc:
+        failure = str(exc)
+    if cc is None:
+        return None, failure
+    # A folder not writable, a full disk, a library that does not load: once more in a private
+    # temporary folder (maybe another file system), removed after loading (the mapping stays).
+    logger.debug("building in %s failed (%s); building in a temporary folder", cache_dir(), failure)
+    folder = None
+    try:
+        folder = tempfile.mkdtemp(prefix="paddle_amp_ext-")
+        rounder, _ = _build_in(cc, folder)
+        return rounder, f"built in a temporary folder ({cache_dir()}: {failure})"
+    except _FAILURES as exc:
+        return None, failure if str(exc) == failure else f"{failure}; in a temporary folder: {exc}"
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 _LOCK = threading.Lock()
