@@ -256,3 +256,19 @@ def test_large_outputs_rounded_in_their_own_buffer_train_the_same(build, monkeyp
     assert len(in_place_grads) == len(copy_grads) > 0
     for a, b in zip(in_place_grads, copy_grads):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_output_sharing_its_inputs_memory_leaves_the_callers_tensor_alone(fp16_kernel):
+    """``einsum('ij->ij', x)`` returns a new tensor on x's memory (both versions); outputs are
+    rounded in their own buffer, so only rounded inputs may be shared, never the caller's."""
+    values = np.array([[1.0 + 2.0**-12, 70000.0], [1e-9, 3.0]], dtype=np.float32)
+    x = paddle.to_tensor(values)
+    with amp.fp16_emulation(paddle.nn.Linear(1, 1)):
+        y = paddle.einsum("ij->ij", x)
+        z = F.dropout(x, 0.0)  # the same tensor back
+        half = paddle.to_tensor(fp16(values[:, :1]))
+        w = lowprec.mark(half, "float16") * 1.0
+    np.testing.assert_array_equal(x.numpy(), values)
+    np.testing.assert_array_equal(y.numpy(), fp16(values))
+    np.testing.assert_array_equal(z.numpy(), values)
+    np.testing.assert_array_equal(w.numpy(), fp16(values[:, :1]))
