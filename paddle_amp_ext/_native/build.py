@@ -25,6 +25,7 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -35,7 +36,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
@@ -194,25 +194,18 @@ def _build() -> Tuple[Optional[Rounder], str]:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-_LOCK = threading.Lock()
-_RESULT: List[Tuple[Optional[Rounder], str]] = []
-
-
+@functools.cache
 def _result() -> Tuple[Optional[Rounder], str]:
-    if not _RESULT:
-        with _LOCK:
-            if not _RESULT:
-                rounder, detail = _build()
-                if rounder is None:
-                    logger.info("fp16 rehearsal: the one-pass rounding kernel is not used (%s); Paddle's "
-                                "kernels round exactly, about 7x slower per tensor.", detail)
-                _RESULT.append((rounder, detail))
-    return _RESULT[0]
+    rounder, detail = _build()
+    if rounder is None:
+        logger.info("fp16 rehearsal: the one-pass rounding kernel is not used (%s); Paddle's "
+                    "kernels round exactly, about 7x slower per tensor.", detail)
+    return rounder, detail
 
 
 def fp16_rounder() -> Optional[Rounder]:
     """The loaded kernel (built on the first call in a process), or None where it cannot be had."""
-    return (_RESULT[0] if _RESULT else _result())[0]
+    return _result()[0]
 
 
 def status() -> NativeStatus:
@@ -224,5 +217,4 @@ def status() -> NativeStatus:
 def reset() -> None:
     """Forget the loaded kernel: the next call builds or loads again (after changing the
     environment, e.g. in tests)."""
-    with _LOCK:
-        _RESULT.clear()
+    _result.cache_clear()

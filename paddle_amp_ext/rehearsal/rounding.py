@@ -57,13 +57,14 @@ def round_exact(x: paddle.Tensor, dtype: str) -> paddle.Tensor:
     return paddle.where(size >= overflow, x * float("inf"), rounded)
 
 
-#: Below this many elements a cast pair (two kernel launches) beats the float16 kernel's passes.
+#: Below this many elements a cast pair (two kernel launches, Paddle's own backward) beats the
+#: thirteen-pass kernel and a PyLayer round trip.
 SMALL = 4096
 
 
 def _cast_rounds(x: paddle.Tensor, dtype: str) -> bool:
     """Whether Paddle's cast pair is the way to round ``x``: exact here, and for float16 only
-    below :data:`SMALL` elements (two kernel launches beat thirteen passes there)."""
+    below :data:`SMALL` elements."""
     return cast_is_exact(dtype) and (dtype != "float16" or math.prod(x.shape) < SMALL)
 
 
@@ -79,7 +80,8 @@ def round_values(x: paddle.Tensor, dtype: str = "float16") -> paddle.Tensor:
 
 
 class _RoundTripInPlace(paddle.autograd.PyLayer):
-    """The float16 round trip written into its input (an op's fresh output), for large tensors."""
+    """The float16 round trip written into its input (an op's fresh output), where
+    :func:`~paddle_amp_ext._compat.kernels.rounds_in_place` says it pays."""
 
     @staticmethod
     def forward(ctx, x):  # noqa: D102
@@ -120,8 +122,9 @@ def round_trip(x: paddle.Tensor, dtype: str = "float16", in_place: bool = False)
     """``x`` as ``dtype`` would store it, as float32; gradients are rounded the same way.
 
     ``in_place``: ``x`` is an op's output that nothing else holds and whose op's backward does
-    not read it; a large one is then rounded in its own buffer (a fresh 8 MB CPU buffer costs
-    ~3.5 ms of page faults). Outside dygraph (a static program, code being converted by
+    not read it; it is then rounded in its own buffer where
+    :func:`~paddle_amp_ext._compat.kernels.rounds_in_place` says so (a fresh 8 MB CPU buffer
+    costs ~3.5 ms of page faults). Outside dygraph (a static program, code being converted by
     ``to_static``) this is Paddle's cast pair, the op a static program can hold.
     """
     if not paddle.in_dynamic_mode() or _cast_rounds(x, dtype):  # the cast's backward is a cast
