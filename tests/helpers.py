@@ -53,3 +53,9 @@ def require_native_kernel() -> None:
         if os.environ.get("CI") == "true" and not current.detail.startswith("turned off by"):
             pytest.fail(f"the native fp16 kernel is not available under CI: {current}")
         pytest.skip(str(current))
+
+
+def fp16(values):
+    """``values`` as float16 stores them (numpy's conversion), as float32."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)

@@ -9,6 +9,7 @@ import importlib
 import numpy as np
 import paddle
 import pytest
+from helpers import fp16
 
 import paddle_amp_ext as amp
 from paddle_amp_ext._compat import kernels
@@ -16,11 +17,6 @@ from paddle_amp_ext.rehearsal import lowprec
 from paddle_amp_ext.rehearsal.rounding import round_trip, round_values
 
 F = paddle.nn.functional
-
-
-def fp16(values):
-    with np.errstate(over="ignore"):
-        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
 
 
 def fp16_grid():

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from helpers import require_native_kernel
+from helpers import fp16, require_native_kernel
 
 import paddle_amp_ext as amp
 from paddle_amp_ext._compat import kernels
@@ -29,11 +29,6 @@ def rebuild(monkeypatch, tmp_path):
     yield tmp_path / "cache"
     monkeypatch.undo()
     build.reset()
-
-
-def fp16(values):
-    with np.errstate(over="ignore"):
-        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
 
 
 def wide_values(size, seed=0):
