@@ -154,13 +154,8 @@ def test_found_inf_as_a_python_number_is_accepted():
 
 
 def run_fleet_script(tmp_path: Path) -> dict:
-    """fleet.init needs a process of its own (it sets process-wide state); one process, no launch.
-
-    Paddle 2.6.2's DistributedStrategy reads ``FieldDescriptor.label``, which the newest protobuf
-    has only in its pure-python implementation under another name: the script adds it back.
-    """
+    """fleet.init needs a process of its own (it sets process-wide state); one process, no launch."""
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, str(FLEET_SCRIPT), str(out)], capture_output=True, text=True,
                           timeout=120, env=env)

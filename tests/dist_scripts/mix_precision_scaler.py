@@ -8,17 +8,15 @@ they drop), compared with a plain float32 control. argv: OUT_JSON.
 import json
 import sys
 
-from google.protobuf import descriptor
+import protobuf_for_fleet  # noqa: F401  (first: before paddle)
 
-if not hasattr(descriptor.FieldDescriptor, "label"):  # Paddle 2.6.2 with the newest protobuf
-    descriptor.FieldDescriptor.label = property(lambda self: self._label)
+# isort: split
+import numpy as np
+import paddle
+from paddle.distributed import fleet
+from paddle.distributed.fleet.utils import mix_precision_utils as mpu
 
-import numpy as np  # noqa: E402
-import paddle  # noqa: E402
-from paddle.distributed import fleet  # noqa: E402
-from paddle.distributed.fleet.utils import mix_precision_utils as mpu  # noqa: E402
-
-import paddle_amp_ext as amp  # noqa: E402
+import paddle_amp_ext as amp
 
 fleet.init(is_collective=True)
 paddle.seed(0)
