@@ -200,7 +200,9 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
     any optimizer object with a ``step`` (fleet's ``MixPrecisionOptimizer`` too).
 
     Guarding an optimizer that is already guarded returns its guard, with the new ``hooks``
-    added. Undo with ``guard.remove()``, or use the guard as a context manager.
+    added. Undo with ``guard.remove()``, or use the guard as a context manager. Guard the object
+    the loop calls: fleet's ``MixPrecisionOptimizer.step`` never calls its inner optimizer's
+    ``step``. An optimizer a :class:`GradScaler` steps needs no guard (its ``step`` is one).
 
     Costs one host sync per step, and one MAX all-reduce with several processes (see the
     module docstring).

@@ -262,7 +262,9 @@ class GradScaler(PaddleGradScaler):
 
     def _agree(self, found: Any, optimizer: Any) -> Any:
         """found_inf (a device flag or a Python number) as every rank sees it: the one place the
-        skip decision is reduced across ranks (a MAX all-reduce; none in a single process)."""
+        skip decision is reduced across ranks (a MAX all-reduce over the default group; none in a
+        single process), for the scaler and for ``guard_optimizer``. ``optimizer`` is the one
+        being stepped, whose process groups a group-aware reduction reads."""
         return all_reduce_max(found) if self._sync_found_inf else found
 
     def _skip(self, optimizer: Any) -> bool:
