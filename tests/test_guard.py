@@ -267,14 +267,21 @@ def test_bad_arguments_are_named():
 
 @pytest.mark.slow
 def test_nan_on_one_rank_is_skipped_on_every_rank_under_fleet(tmp_path):
-    """Two processes, fleet's HybridParallelOptimizer: its own step() and the Trainers' _step()."""
+    """Two processes: fleet's HybridParallelOptimizer guarded (its own step() and the Trainers'
+    _step()), and fp32 master gradients with the scaler on, then guarded."""
     import json
 
-    launch(SCRIPT, str(tmp_path), log_dir=tmp_path / "log", timeout=120)
-    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
-    assert rank0["method"] == rank1["method"] == "_step"
-    assert rank0["skipped"] == rank1["skipped"] == [False, True, False, True]
-    assert rank0["skipped_steps"] == rank1["skipped_steps"] == 2
-    for a, b in zip(rank0["params"], rank1["params"]):
-        np.testing.assert_array_equal(a, b)
-    assert all(np.isfinite(p).all() for p in rank0["params"])
+    launch(SCRIPT, str(tmp_path), log_dir=tmp_path / "log", timeout=150)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    fleet0, fleet1 = (r["fleet"] for r in ranks)
+    assert fleet0["method"] == fleet1["method"] == "_step"
+    assert fleet0["skipped"] == fleet1["skipped"] == [False, True, False, True]
+    assert fleet0["skipped_steps"] == fleet1["skipped_steps"] == 2
+    master0, master1 = (r["master_grad"] for r in ranks)
+    assert master0["skipped"] == master1["skipped"] == [False, True] * 4
+    assert master0["scales"] == master1["scales"] == [1024.0, 512.0, 512.0, 256.0]
+    assert master0["guard_skipped_steps"] == master1["guard_skipped_steps"] == 2
+    for part in ("fleet", "master_grad"):
+        for a, b in zip(ranks[0][part]["params"], ranks[1][part]["params"]):
+            np.testing.assert_array_equal(a, b)
+        assert all(np.isfinite(p).all() for p in ranks[0][part]["params"])
