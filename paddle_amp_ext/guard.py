@@ -227,9 +227,9 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
         trainer.train()                        # the Trainer's optimizer.step() calls are guarded
         print(guard.skipped_steps)
     """
-    if not callable(getattr(optimizer, "step", None)):
-        raise TypeError(f"guard_optimizer() needs an optimizer with a step() method. Received: {optimizer!r} "
-                        f"(of type {type(optimizer).__name__})")
+    if not callable(getattr(optimizer, "step", None)) or not hasattr(optimizer, "__dict__"):
+        raise TypeError(f"guard_optimizer() needs an optimizer with a step() method (and a __dict__ to "
+                        f"replace it in). Received: {optimizer!r} (of type {type(optimizer).__name__})")
     current = getattr(vars(optimizer).get(_compat.applying_method(optimizer)), "guard", None)
     if isinstance(current, OptimizerGuard) and current.active:
         if current._settings != (max_consecutive_skips, on_collapse):

@@ -126,6 +126,27 @@ def test_guarding_twice_returns_the_same_guard_and_remove_restores_the_optimizer
     assert len(hook.events) == 1 and guard.skipped_steps == 0
     again = amp.guard_optimizer(opt, max_consecutive_skips=3)
     assert again is not guard and again.active
+    again.remove()
+
+
+def test_remove_restores_a_step_someone_else_replaced_before():
+    model = make_mlp(seed=3)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+    calls = []
+    original = opt.step
+
+    def counted_step():
+        calls.append(1)
+        original()
+
+    opt.step = counted_step
+    guard = amp.guard_optimizer(opt)
+    x, y = make_data()
+    backward(model, x, y)
+    opt.step()
+    assert calls == [1] and guard.skipped_steps == 0 and guard.last_result.skipped is False
+    guard.remove()
+    assert opt.step is counted_step
 
 
 def test_as_a_context_manager_the_guard_ends_with_the_block():
@@ -257,7 +278,7 @@ def test_visualdl_hook_logs_the_guarded_steps(tmp_path):
 
 
 def test_bad_arguments_are_named():
-    with pytest.raises(TypeError, match=r"needs an optimizer with a step\(\) method. Received: 3 \(of type int\)"):
+    with pytest.raises(TypeError, match=r"needs an optimizer with a step\(\) method .*Received: 3 \(of type int\)"):
         amp.guard_optimizer(3)
     opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=make_mlp().parameters())
     with pytest.raises(TypeError, match="hooks must be a list of hooks"):
