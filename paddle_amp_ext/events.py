@@ -23,7 +23,9 @@ class StepResult:
         loss_scale: the scale the gradients of this step were multiplied by (host float;
             1.0 when loss scaling is off).
         grad_norm: the unscaled global gradient norm before clipping, a 1-element device
-            tensor; None when no clipping was asked for or the step was skipped.
+            tensor; None when no clipping was asked for or the step was skipped. While loss
+            scaling is off the non-finite guard computes it anyway, and it is set then (inf/nan
+            on a skipped step): always so for ``guard_optimizer``.
     """
 
     skipped: bool
