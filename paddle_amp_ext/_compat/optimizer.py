@@ -11,9 +11,12 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   ``paddle.amp.decorate(..., master_grad=True)`` when ``FLAGS_enable_tensor_fusion`` is set (the
   hook is registered by ``auto_cast``); without that flag, and on 2.6.2, ``decorate``'s master
   gradient is a float32 ``param.grad`` instead (``core.eager.set_master_grads`` at the end of
-  backward), read by ``_grad_ivar()``. On a CPU ``decorate`` returns before any of it. Fleet's
-  ``MixPrecisionOptimizer``, 3.3.1's ``Optimizer.step`` and fleet's scalers all apply
-  ``main_grad`` where it is not None, else the gradient: :func:`grad_of` follows the same rule.
+  backward), read by ``_grad_ivar()``. On a CPU ``decorate`` returns before any of it. 3.3.1's
+  ``Optimizer.step`` and fleet's ``distributed_scaler`` take ``main_grad`` where it is not None,
+  else the gradient (:func:`grad_of` follows the same rule); ``MixPrecisionOptimizer`` takes
+  ``main_grad`` only; 2.6.2's ``Optimizer.step`` never reads it.
+  (3.3.1's ``FLAGS_enable_tensor_fusion`` hook builds an auto-parallel tensor: on a plain
+  dygraph parameter Paddle itself fails in it.)
 - ``HybridParallelOptimizer.step`` (fleet, both versions) reduces the gradients, then calls
   ``self._step(parameters)``, which the Trainers of PaddleNLP and PaddleFormers also call directly.
 - ``Optimizer._parameter_list`` / ``_param_groups``: an optimizer's parameters.
