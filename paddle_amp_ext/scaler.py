@@ -31,7 +31,7 @@ from ._log import info_once, logger, warn_once
 from .clip import clip_grads_, global_norm, resolve_clip
 from .config import FLOAT32_MAX, AmpConfig, validate_scaling
 from .device import current_decision
-from .distributed import all_reduce_max, host_bool
+from .distributed import agree_found_inf, host_bool, layout_of, step_clipped
 from .errors import AmpOverflowError
 from .events import StepEvent, StepResult, call_optional
 from .lossscale import DynamicLossScale
@@ -256,7 +256,7 @@ class GradScaler(PaddleGradScaler):
             return
         found = _compat.unscale(self, optimizer)
         if self._sync_found_inf:
-            found = all_reduce_max(found)
+            found = agree_found_inf(found, optimizer, scaler=self)
         _compat.set_found_flags(self, found=found)
         self._found_by_opt[id(optimizer)] = found
 
@@ -298,15 +298,20 @@ class GradScaler(PaddleGradScaler):
         scale_used = self._policy.scale if enabled else 1.0
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
+        in_step = layout_of(optimizer).clips_in_step  # fleet reduces the gradients in step()
         if not skipped:
-            if clip is not None:
+            if clip is not None and not in_step:
                 norm = clip_grads_(params, clip)
             if not enabled and self._skip_nonfinite:
-                skipped, norm = self._nonfinite(params, norm, clip)
-            elif norm is None and self.record_grad_norm:
+                skipped, judged = self._nonfinite(params, norm, clip, optimizer)
+                norm = None if in_step else judged  # before fleet's reduce: not the global norm
+            elif norm is None and self.record_grad_norm and not in_step:
                 norm = global_norm(list(_compat.iter_grads(params)))
-            if not skipped:
+            if not skipped and in_step:
+                norm = step_clipped(optimizer, clip, want_norm=self.record_grad_norm)
+            elif not skipped:
                 optimizer.step()
+            if not skipped:
                 self._last_lr = float(optimizer.get_lr())
         if enabled:
             _compat.mark_stepped(self, optimizer)
@@ -326,15 +331,17 @@ class GradScaler(PaddleGradScaler):
         self._plain_stepped.add(id(optimizer))
         return False
 
-    def _nonfinite(self, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any
-                   ) -> Tuple[bool, Optional[paddle.Tensor]]:
-        """(whether any gradient is inf/nan, the norm it was judged by): one fused norm per
-        gradient and one host read; the clip's global norm is reused when it covered every one."""
+    def _nonfinite(self, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any,
+                   optimizer: Any) -> Tuple[bool, Optional[paddle.Tensor]]:
+        """(whether any rank's gradient is inf/nan, the norm it was judged by): one fused norm
+        per gradient, the flag agreed over the ranks (one collective when distributed, also by a
+        rank without gradients) and one host read; the clip's norm is reused when it covered all."""
         if norm is None or not _covers_every_grad(params, clip):
             norm = global_norm(list(_compat.iter_grads(params)))
-        if norm is None:
-            return False, None
-        return not host_bool(paddle.isfinite(norm)), norm
+        found = paddle.to_tensor([False]) if norm is None else paddle.logical_not(paddle.isfinite(norm))
+        if self._sync_found_inf:
+            found = agree_found_inf(found, optimizer)
+        return host_bool(found), norm
 
     def _close_step(self, skipped: bool) -> None:
         self._found_since_update = self._found_since_update or skipped
@@ -354,7 +361,7 @@ class GradScaler(PaddleGradScaler):
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
         if not enabled and self._skip_nonfinite:
-            skipped, norm = self._nonfinite(_compat.optimizer_parameters(optimizer), None, None)
+            skipped, norm = self._nonfinite(_compat.optimizer_parameters(optimizer), None, None, optimizer)
         elif self.record_grad_norm and not skipped:
             norm = global_norm(list(_compat.iter_grads(_compat.optimizer_parameters(optimizer))))
         out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)

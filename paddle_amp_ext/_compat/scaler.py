@@ -62,9 +62,14 @@ def scaler_scale_tensor(scaler: Any) -> Tensor:
 def unscale(scaler: Any, optimizer: Any) -> Tensor:
     """Run Paddle's ``check_finite_and_unscale`` on the optimizer's grads; return found_inf.
 
-    Raises Paddle's RuntimeError when the optimizer was already unscaled or stepped.
+    Raises Paddle's RuntimeError when the optimizer was already unscaled or stepped. Marks the
+    optimizer UNSCALED also when fleet replaced ``_unscale`` (``fleet.distributed_scaler``,
+    ``GroupShardedScaler``: theirs leaves the state alone, so ``step()`` would unscale again).
     """
+    from paddle.amp.grad_scaler import OptimizerState
+
     scaler._unscale(optimizer)
+    scaler._optimizer_states[id(optimizer)]["state"] = OptimizerState.UNSCALED
     return scaler._found_inf
 
 
