@@ -22,8 +22,25 @@ import paddle.distributed as dist  # noqa: E402
 from paddle.distributed import fleet  # noqa: E402
 
 
+def _new_group_then_barrier(new_group):
+    """gloo with more than 2 ranks: a rank that races ahead to the next group's creation while
+    another still connects the previous one times out (fleet creates many groups in a row)."""
+
+    def wrapped(*args, **kwargs):
+        group = new_group(*args, **kwargs)
+        dist.barrier()
+        return group
+
+    return wrapped
+
+
 def init(**degrees: int):
-    """fleet.init(is_collective=True) with these hybrid degrees (others 1); the hcg."""
+    """fleet.init(is_collective=True) with these hybrid degrees (others 1); the hcg.
+
+    Paddle's topology creates its groups through ``paddle.distributed.new_group``; each is
+    followed by a barrier here (test setup, see :func:`_new_group_then_barrier`).
+    """
+    paddle.distributed.new_group = _new_group_then_barrier(paddle.distributed.new_group)
     strategy = fleet.DistributedStrategy()
     config = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": 1}
     config.update({f"{k}_degree": v for k, v in degrees.items()})
@@ -47,7 +64,7 @@ def params(model: paddle.nn.Layer) -> list:
 
 
 def grads(model: paddle.nn.Layer) -> list:
-    return [p.grad.numpy().ravel().tolist() for p in model.parameters()]
+    return [[] if p.grad is None else p.grad.numpy().ravel().tolist() for p in model.parameters()]
 
 
 def value(tensor) -> float | None:
@@ -60,33 +77,36 @@ def dump(out_dir: str, record: dict) -> None:
 
 
 def train(model, opt, forward, *, scaler=None, steps=3, nan_at=None, grad_clip=None, emulate=False,
-          after_backward=None) -> dict:
+          optimizer_step=None) -> dict:
     """``steps`` steps of ``forward(step) -> loss``: Paddle's plain loop without ``scaler``, else
     the scaler's (``emulate``: inside fp16_emulation, so loss scaling runs for real on the CPU).
-    A NaN loss at step ``nan_at`` (pass it on one rank only). Records the pre-step local
-    gradients (unscaled runs), skips, grad norms and the final parameters."""
+    A NaN loss at step ``nan_at`` (pass it on one rank only); ``optimizer_step`` replaces the
+    step/update calls (it must call them itself). Records the pre-step local
+    gradients (unscaled runs), skips, grad norms, the first and the final parameters."""
     from contextlib import nullcontext
 
     import paddle_amp_ext as amp
 
-    rec: dict = {"skipped": [], "norms": [], "grads": []}
+    rec: dict = {"skipped": [], "norms": [], "grads": [], "params0": params(model)}
     with amp.fp16_emulation(model, custom_black_list=["matmul"]) if emulate else nullcontext():
         for step in range(steps):
             loss = forward(step)
             if step == nan_at:
                 loss = loss * float("nan")
             (loss if scaler is None else scaler.scale(loss)).backward()
-            if after_backward is not None:
-                after_backward(step)
             if not emulate:
                 rec["grads"].append(grads(model))
-            if scaler is None:
+            if optimizer_step is not None:  # e.g. Paddle's PipelineParallel._optimizer_step
+                optimizer_step()
+            elif scaler is None:
                 opt.step()
             else:
-                result = scaler.step(opt, grad_clip=grad_clip)
+                scaler.step(opt, grad_clip=grad_clip)
                 scaler.update()
-                rec["skipped"].append(result.skipped)
-                rec["norms"].append(value(result.grad_norm))
+            if scaler is not None:
+                rec["skipped"].append(scaler.last_result.skipped)
+                rec["norms"].append(value(scaler.last_result.grad_norm))
             opt.clear_grad()
     rec["params"] = params(model)
+    rec["scale"] = None if scaler is None else scaler.loss_scale
     return rec
