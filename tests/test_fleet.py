@@ -132,3 +132,12 @@ def test_stage3_contract_norm_over_slices_and_every_rank_skips(sharding):
             np.testing.assert_allclose(final, want, rtol=1e-5, atol=1e-6)
         assert rank["stage3"]["nan_on"]["skipped"] == [False, True, False]
         assert rank["stage3"]["nan_on"]["scale"] == 512.0
+
+
+def test_unscale_by_hand_then_step_unscales_once_under_group_sharded_scaler(sharding):
+    """GroupShardedScaler's ``_unscale`` leaves Paddle's optimizer state alone; ``step()`` must
+    not divide the gradients by the scale a second time."""
+    for rank in sharding:
+        run = rank["stage3"]["unscale_then_step"]
+        for before, grad, after in zip(run["params0"], run["grads"], run["params"]):
+            np.testing.assert_allclose(after, np.asarray(before) - 0.1 * np.asarray(grad), rtol=1e-5, atol=1e-6)
