@@ -23,7 +23,9 @@ class StepResult:
         loss_scale: the scale the gradients of this step were multiplied by (host float;
             1.0 when loss scaling is off).
         grad_norm: the unscaled global gradient norm before clipping, a 1-element device
-            tensor; None when no clipping was asked for or the step was skipped.
+            tensor; None when no clipping was asked for or the step was skipped. Under fleet
+            (sharding, tensor, pipeline parallel, stage 2/3) it is the norm of the reduced
+            gradient over every rank's share, as fleet's clip computes it: the same on every rank.
     """
 
     skipped: bool

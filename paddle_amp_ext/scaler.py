@@ -16,7 +16,9 @@ are unscaled once; hooks see the summed loss of the K micro-batches.
 
 Host syncs: ``step()`` reads one bool (found_inf) back from the device to decide whether to
 step, as Paddle's own scaler does once per iteration. Nothing else on the per-step path does;
-``loss_scale`` is tracked on the host. With data parallelism the flag is all-reduced (MAX) first.
+``loss_scale`` is tracked on the host. With more than one process the flag is agreed over the ranks
+(one MAX all-reduce) first, and under fleet the clip runs inside the optimizer's step, on the
+reduced gradients: see :mod:`paddle_amp_ext.distributed`.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ class GradScaler(PaddleGradScaler):
         on_collapse: ``"warn"`` (log once per collapse) or ``"raise"`` (``AmpOverflowError``).
         hooks: objects with ``on_step(event)`` (e.g. ``VisualDLHook``), see :meth:`add_hook`.
         config: an :class:`AmpConfig` supplying the scaler settings and ``enable``.
-        sync_found_inf: all-reduce found_inf across the data-parallel group (default True).
+        sync_found_inf: agree on found_inf (and the guard's flag) over all ranks before deciding
+            (default True; False only for a control run: ranks may then diverge or hang).
 
     Raises:
         ValueError, TypeError: a bad setting, naming it.
