@@ -69,6 +69,7 @@ def test_nan_on_one_rank_every_rank_skips_the_same_step(config, scenario, scale,
     for rank in ranks:
         assert rank[scenario]["skipped"] == [False, True, False]
         assert rank[scenario]["scale"] == scale
+        assert rank[scenario]["hook"] == [[False, None], [True, None], [False, None]]
     if config in ("sharding", "dp_sharding"):  # every rank holds every parameter
         _assert_same_on_every_rank(ranks, scenario)
 
@@ -86,6 +87,7 @@ def test_sharding_clip_is_paddles_hybrid_clip_with_the_global_norm(config, reque
         _assert_close_params(rank["ours_clip"]["params"], rank["paddle_clip"]["params"])
         _assert_close_params(rank["ours_record"]["params"], rank["paddle_clip"]["params"])
         assert rank["ours_record"]["norms"] == rank["ours_clip"]["norms"]
+        assert rank["ours_clip"]["hook"] == [[False, n] for n in rank["ours_clip"]["norms"]]
     _assert_same_on_every_rank(ranks, "ours_clip")
 
 

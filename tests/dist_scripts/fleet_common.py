@@ -87,7 +87,9 @@ def train(model, opt, forward, *, scaler=None, steps=3, nan_at=None, grad_clip=N
 
     import paddle_amp_ext as amp
 
-    rec: dict = {"skipped": [], "norms": [], "grads": [], "params0": params(model)}
+    rec: dict = {"skipped": [], "norms": [], "grads": [], "params0": params(model), "hook": []}
+    if scaler is not None:  # what a hook sees at update(): the agreed skip, the global norm
+        scaler.add_hook(lambda event: rec["hook"].append([event.result.skipped, value(event.result.grad_norm)]))
     with amp.fp16_emulation(model, custom_black_list=["matmul"]) if emulate else nullcontext():
         for step in range(steps):
             loss = forward(step)
