@@ -311,7 +311,7 @@ class GradScaler(PaddleGradScaler):
             elif norm is None and self.record_grad_norm and not in_step:
                 norm = global_norm(list(_compat.iter_grads(params)))
             if not skipped and in_step:
-                norm = step_clipped(optimizer, clip, want_norm=self.record_grad_norm)
+                norm = step_clipped(optimizer, clip, self.record_grad_norm, parameters)
             elif not skipped:
                 optimizer.step()
             if not skipped:

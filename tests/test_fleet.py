@@ -91,6 +91,21 @@ def test_sharding_clip_is_paddles_hybrid_clip_with_the_global_norm(config, reque
     _assert_same_on_every_rank(ranks, "ours_clip")
 
 
+@pytest.mark.parametrize("config", ["sharding", "dp_sharding"])
+def test_sharding_clip_of_chosen_parameters_is_paddles_need_clip(config, request):
+    """step(parameters=...) clips and measures those only, as Paddle's path with need_clip=False
+    on the others."""
+    ranks = request.getfixturevalue(config)
+    for step in range(3):
+        reduced = sum(_flat(r["ours_clip_subset"]["grads"][step][:2]) for r in ranks) / len(ranks)
+        for rank in ranks:
+            np.testing.assert_allclose(rank["ours_clip_subset"]["norms"][step], np.linalg.norm(reduced), rtol=1e-6)
+    for rank in ranks:
+        _assert_close_params(rank["ours_clip_subset"]["params"], rank["paddle_clip_subset"]["params"])
+    assert any(not np.allclose(a, b) for a, b in zip(ranks[0]["ours_clip_subset"]["params"],
+                                                      ranks[0]["ours_clip"]["params"]))
+
+
 def _sharded_norms(ranks: list, key: str, shard: slice, replicated_from: int) -> list:
     """sqrt(sum over ranks of each rank's shard squares + the replicated squares once)."""
     norms = []

@@ -120,15 +120,13 @@ def split_norm_comm(optimizer: Any) -> bool:
 class RecordingHybridClip(HybridParallelClipGrad):
     """Fleet's own clip (same reductions, same arithmetic) that keeps the global norm.
 
-    With ``clip=None`` it reduces the norm and leaves the gradients alone; ``then`` runs
-    afterwards on the reduced gradients (a per-tensor clip, the optimizer's own clip).
+    With ``clip=None`` it reduces the norm and leaves the gradients alone.
     """
 
-    def __init__(self, clip: Any, hcg: Any, split: bool = False, then: Optional[Callable] = None) -> None:
+    def __init__(self, clip: Any, hcg: Any, split: bool = False) -> None:
         super().__init__(clip, hcg)
         self.split_norm_comm = split  # 3.3's attribute; 2.6 never reads it
         self.norm: Optional[paddle.Tensor] = None
-        self._then = then
 
     def _global_norm(self, dist: paddle.Tensor, not_dist: paddle.Tensor) -> None:
         super()._global_norm(dist, not_dist)
@@ -136,13 +134,12 @@ class RecordingHybridClip(HybridParallelClipGrad):
 
     def _comm_and_clip(self, params_grads: list, dist: paddle.Tensor, not_dist: paddle.Tensor) -> list:
         if self._clip is not None:
-            params_grads = super()._comm_and_clip(params_grads, dist, not_dist)
-        else:
-            self._global_norm(dist, not_dist)
-        return self._then(params_grads) if self._then is not None else params_grads
+            return super()._comm_and_clip(params_grads, dist, not_dist)
+        self._global_norm(dist, not_dist)
+        return params_grads
 
 
-def recording_hybrid_clip(clip: Any, hcg: Any, optimizer: Any, then: Optional[Callable] = None) -> Any:
+def recording_hybrid_clip(clip: Any, hcg: Any, optimizer: Any) -> Any:
     """A ``HybridParallelClipGrad`` for ``clip`` (a ``ClipGradByGlobalNorm`` or None: norm
     only) whose ``.norm`` is the global norm once the optimizer's step ran it."""
-    return RecordingHybridClip(clip, hcg, split_norm_comm(optimizer), then)
+    return RecordingHybridClip(clip, hcg, split_norm_comm(optimizer))

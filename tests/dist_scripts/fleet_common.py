@@ -77,7 +77,7 @@ def dump(out_dir: str, record: dict) -> None:
 
 
 def train(model, opt, forward, *, scaler=None, steps=3, nan_at=None, grad_clip=None, emulate=False,
-          optimizer_step=None) -> dict:
+          optimizer_step=None, parameters=None) -> dict:
     """``steps`` steps of ``forward(step) -> loss``: Paddle's plain loop without ``scaler``, else
     the scaler's (``emulate``: inside fp16_emulation, so loss scaling runs for real on the CPU).
     A NaN loss at step ``nan_at`` (pass it on one rank only); ``optimizer_step`` replaces the
@@ -103,7 +103,7 @@ def train(model, opt, forward, *, scaler=None, steps=3, nan_at=None, grad_clip=N
             elif scaler is None:
                 opt.step()
             else:
-                scaler.step(opt, grad_clip=grad_clip)
+                scaler.step(opt, parameters, grad_clip=grad_clip)
                 scaler.update()
             if scaler is not None:
                 rec["skipped"].append(scaler.last_result.skipped)

@@ -21,8 +21,12 @@ rank = dist.get_rank()
 NAN_RANK = 1
 
 
-def run(scaler=None, nan=False, grad_clip=None, optimizer_clip=None, emulate=False, distributed_scaler=False):
+def run(scaler=None, nan=False, grad_clip=None, optimizer_clip=None, emulate=False, distributed_scaler=False,
+        subset=False):
+    """``subset``: clip the first layer only (ours: step(parameters=...); Paddle's: need_clip=False)."""
     model = fc.mlp()
+    for p in model[2].parameters() if subset and scaler is None else ():
+        p.need_clip = False
     opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters(), grad_clip=optimizer_clip)
     wrapped = fleet.distributed_model(model)
     opt = fleet.distributed_optimizer(opt)
@@ -33,7 +37,8 @@ def run(scaler=None, nan=False, grad_clip=None, optimizer_clip=None, emulate=Fal
         return (wrapped(fc.batch(step, rank)) * 10).pow(2).mean()
 
     return fc.train(model, opt, forward, scaler=scaler, nan_at=1 if nan and rank == NAN_RANK else None,
-                    grad_clip=grad_clip, emulate=emulate)
+                    grad_clip=grad_clip, emulate=emulate,
+                    parameters=list(model[0].parameters()) if subset and scaler is not None else None)
 
 
 record = {
@@ -44,6 +49,8 @@ record = {
     "paddle_clip": run(optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
     "ours_clip": run(amp.GradScaler(enable=False), grad_clip=1.0),
     "ours_record": run(amp.GradScaler(enable=False), optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
+    "paddle_clip_subset": run(optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0), subset=True),
+    "ours_clip_subset": run(amp.GradScaler(enable=False), grad_clip=1.0, subset=True),
 }
 
 
