@@ -310,11 +310,11 @@ class GradScaler(PaddleGradScaler):
                 norm = None if in_step else judged  # before fleet's reduce: not the global norm
             elif norm is None and self.record_grad_norm and not in_step:
                 norm = global_norm(list(_compat.iter_grads(params)))
-            if not skipped and in_step:
-                norm = step_clipped(optimizer, clip, self.record_grad_norm, parameters)
-            elif not skipped:
-                optimizer.step()
             if not skipped:
+                if in_step:  # the clip runs where fleet runs its own; norm: the global one
+                    norm = step_clipped(optimizer, clip, self.record_grad_norm, parameters)
+                else:
+                    optimizer.step()
                 self._last_lr = float(optimizer.get_lr())
         if enabled:
             _compat.mark_stepped(self, optimizer)
