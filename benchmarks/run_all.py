@@ -14,7 +14,7 @@ from matrix import machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = [["matrix.py", "--here"], ["hook_overhead.py"], ["rehearsal_cost.py", "--here"], ["startup_time.py"],
-           ["amp_speedup.py"]]
+           ["amp_speedup.py"], ["fleet_step.py", "--repeats", "10"]]
 
 
 def main() -> int:

@@ -66,6 +66,19 @@ def global_norm(grads: List[paddle.Tensor]) -> Optional[paddle.Tensor]:
 
 
 @paddle.no_grad()
+def scale_to_norm_(grads: List[paddle.Tensor], norm: paddle.Tensor, clip_norm: float) -> None:
+    """Multiply every grad in place by ``clip_norm / max(norm, clip_norm)`` (in its own dtype)."""
+    max_norm = paddle.full_like(norm, clip_norm)
+    coef = max_norm / paddle.maximum(norm, max_norm)
+    by_dtype = {paddle.float32: coef}
+    for grad in grads:
+        factor = by_dtype.get(grad.dtype)
+        if factor is None:
+            factor = by_dtype[grad.dtype] = coef.astype(grad.dtype)
+        _compat.multiply_inplace(grad, factor)
+
+
+@paddle.no_grad()
 def clip_grads_(params: List[paddle.Tensor], clip: Any) -> Optional[paddle.Tensor]:
     """Clip the gradients of ``params`` in place by ``clip``; return their global norm before.
 
@@ -82,14 +95,7 @@ def clip_grads_(params: List[paddle.Tensor], clip: Any) -> Optional[paddle.Tenso
     if norm is None or clip is None:
         return norm
     if isinstance(clip, paddle.nn.ClipGradByGlobalNorm):
-        max_norm = paddle.full_like(norm, clip.clip_norm)
-        coef = max_norm / paddle.maximum(norm, max_norm)
-        by_dtype = {paddle.float32: coef}
-        for grad in grads:
-            factor = by_dtype.get(grad.dtype)
-            if factor is None:
-                factor = by_dtype[grad.dtype] = coef.astype(grad.dtype)
-            _compat.multiply_inplace(grad, factor)
+        scale_to_norm_(grads, norm, clip.clip_norm)
         return norm
     for (_, grad), (_, new) in zip(pairs, clip(pairs)):
         paddle.assign(new, output=grad)

@@ -25,7 +25,9 @@ class StepResult:
         grad_norm: the unscaled global gradient norm before clipping, a 1-element device
             tensor; None when no clipping was asked for or the step was skipped. While loss
             scaling is off the non-finite guard computes it anyway, and it is set then (inf/nan
-            on a skipped step): always so for ``guard_optimizer``.
+            on a skipped step): always so for ``guard_optimizer``. Under fleet
+            (sharding, tensor, pipeline parallel, stage 2/3) it is the norm of the reduced
+            gradient over every rank's share, as fleet's clip computes it: the same on every rank.
     """
 
     skipped: bool

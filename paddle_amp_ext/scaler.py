@@ -16,7 +16,9 @@ are unscaled once; hooks see the summed loss of the K micro-batches.
 
 Host syncs: ``step()`` reads one bool (found_inf) back from the device to decide whether to
 step, as Paddle's own scaler does once per iteration. Nothing else on the per-step path does;
-``loss_scale`` is tracked on the host. With data parallelism the flag is all-reduced (MAX) first.
+``loss_scale`` is tracked on the host. With more than one process the flag is agreed over the ranks
+(one MAX all-reduce) first, and under fleet the clip runs inside the optimizer's step, on the
+reduced gradients: see :mod:`paddle_amp_ext.distributed`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ._log import info_once, logger, warn_once
 from .clip import clip_grads_, global_norm, resolve_clip
 from .config import FLOAT32_MAX, AmpConfig, validate_scaling
 from .device import current_decision
-from .distributed import all_reduce_max, host_bool
+from .distributed import agree_found_inf, host_bool, layout_of, step_clipped
 from .errors import AmpOverflowError
 from .events import StepEvent, StepResult, call_optional
 from .lossscale import DynamicLossScale
@@ -92,9 +94,8 @@ class GradScaler(PaddleGradScaler):
         on_collapse: ``"warn"`` (log once per collapse) or ``"raise"`` (``AmpOverflowError``).
         hooks: objects with ``on_step(event)`` (e.g. ``VisualDLHook``), see :meth:`add_hook`.
         config: an :class:`AmpConfig` supplying the scaler settings and ``enable``.
-        sync_found_inf: all-reduce found_inf across the data-parallel group, also the guard's
-            flag while loss scaling is off (default True): one small collective per step,
-            none in a single process.
+        sync_found_inf: agree on found_inf (and the guard's flag) over all ranks before deciding
+            (default True; False only for a control run: ranks may then diverge or hang).
 
     Raises:
         ValueError, TypeError: a bad setting, naming it.
@@ -256,16 +257,18 @@ class GradScaler(PaddleGradScaler):
         """
         if not self.is_enable():
             return
-        found = self._agree(_compat.unscale(self, optimizer), optimizer)
+        found = self._agree(_compat.unscale(self, optimizer), optimizer, unscaled=True)
         _compat.set_found_flags(self, found=found)
         self._found_by_opt[id(optimizer)] = found
 
-    def _agree(self, found: Any, optimizer: Any) -> Any:
+    def _agree(self, found: Any, optimizer: Any, unscaled: bool = False) -> Any:
         """found_inf (a device flag or a Python number) as every rank sees it: the one place the
-        skip decision is reduced across ranks (a MAX all-reduce over the default group; none in a
-        single process), for the scaler and for ``guard_optimizer``. ``optimizer`` is the one
-        being stepped, whose process groups a group-aware reduction reads."""
-        return all_reduce_max(found) if self._sync_found_inf else found
+        skip decision is reduced across ranks (:func:`~paddle_amp_ext.distributed.agree_found_inf`:
+        one MAX all-reduce over the world; none in a single process, nor after an ``_unscale``
+        fleet replaced by one that reduces), for the scaler and for ``guard_optimizer``."""
+        if not self._sync_found_inf:
+            return found
+        return agree_found_inf(found, optimizer, scaler=self if unscaled else None)
 
     def _skip(self, optimizer: Any) -> bool:
         stage = _compat.optimizer_stage(self, optimizer)
@@ -305,15 +308,19 @@ class GradScaler(PaddleGradScaler):
         scale_used = self._policy.scale if enabled else 1.0
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
+        in_step = layout_of(optimizer).clips_in_step  # fleet reduces the gradients in step()
         if not skipped:
-            if clip is not None:
+            if clip is not None and not in_step:
                 norm = clip_grads_(params, clip)
             if not enabled and self._skip_nonfinite:
-                skipped, norm = self._nonfinite(optimizer, params, norm, clip)
-            elif norm is None and self.record_grad_norm:
+                skipped, judged = self._nonfinite(optimizer, params, norm, clip)
+                norm = None if in_step else judged  # before fleet's reduce: not the global norm
+            elif norm is None and self.record_grad_norm and not in_step:
                 norm = global_norm(list(_compat.iter_grads(params)))
             if not skipped:
-                self._apply_step(optimizer)
+                stepped_norm = self._apply_step(optimizer, in_step, clip, parameters)
+                if in_step:  # the clip ran where fleet runs its own: the global norm
+                    norm = stepped_norm
                 self._last_lr = float(optimizer.get_lr())
         if enabled:
             _compat.mark_stepped(self, optimizer)
@@ -333,18 +340,25 @@ class GradScaler(PaddleGradScaler):
         self._plain_stepped.add(id(optimizer))
         return False
 
-    def _apply_step(self, optimizer: Any) -> None:
-        """Apply the update (the optimizer guard applies the call it intercepted instead)."""
+    def _apply_step(self, optimizer: Any, in_step: bool, clip: Any,
+                    parameters: Optional[Iterable[paddle.Tensor]]) -> Optional[paddle.Tensor]:
+        """Apply the update; return the global norm where fleet's step clipped (``in_step``).
+
+        The optimizer guard applies the call it intercepted instead.
+        """
+        if in_step:  # the clip runs where fleet runs its own
+            return step_clipped(optimizer, clip, self.record_grad_norm, parameters)
         optimizer.step()
+        return None
 
     def _nonfinite(self, optimizer: Any, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any
                    ) -> Tuple[bool, Optional[paddle.Tensor]]:
-        """(whether any gradient is inf/nan on any rank, the norm it was judged by): one fused
-        norm per gradient and one host read; the clip's global norm is reused when it covered
-        every one."""
+        """(whether any rank's gradient is inf/nan, the norm it was judged by): one fused norm
+        per gradient, the flag agreed over the ranks (one collective when distributed, also by a
+        rank without gradients) and one host read; the clip's norm is reused when it covered all."""
         if norm is None or not _covers_every_grad(params, clip):
             norm = global_norm(list(_compat.iter_grads(params)))
-        found = False if norm is None else paddle.logical_not(paddle.isfinite(norm))
+        found = paddle.to_tensor([False]) if norm is None else paddle.logical_not(paddle.isfinite(norm))
         return host_bool(self._agree(found, optimizer)), norm
 
     def _close_step(self, skipped: bool) -> None:

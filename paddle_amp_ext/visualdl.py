@@ -18,6 +18,12 @@ append. Each hook writes its own run directory under ``logdir``.
 
 ``VisualDLCallback`` logs the same five tags for ``paddle.Model.fit``.
 
+With several processes only rank 0 logs (``all_ranks=True``: every rank, in ``RUN/rankN``). The
+skip count and grad norm it logs are global (the skip decision is agreed over the ranks, the
+norm under fleet is the global one); ``amp/loss`` is the logging rank's own loss as passed to
+``scale()``, not an average over the ranks (under pipeline parallel rank 0, the first stage, has
+none).
+
 VisualDL is imported here only, when a hook is created. Serve the logs with
 ``python -m paddle_amp_ext.visualdl_serve --logdir runs`` (which adds ``--language en
 --disable-telemetry``; see the README for why).

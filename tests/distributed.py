@@ -1,19 +1,37 @@
-"""Helper: run a script with `paddle.distributed.launch --nproc_per_node 2` on the CPU."""
+"""Helper: run a script with `paddle.distributed.launch --nproc_per_node N` on the CPU (gloo).
+
+Every launch has a hard timeout: on expiry the launcher and its workers (one process group,
+started here) are killed and the test fails with the workers' logs, so a hang costs seconds.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 
-def launch(script: Path, *args: str, log_dir: Path, timeout: int = 180) -> subprocess.CompletedProcess:
+def launch(script: Path, *args: str, log_dir: Path, nproc: int = 2, timeout: int = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}  # launch fails if set
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
+    # Paddle 2.6.2's DistributedStrategy needs the pure-python protobuf with protobuf >= 5
+    # (dist_scripts/fleet_common.py gives its descriptors back the removed `label`).
+    env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
            "--log_dir", str(log_dir), str(script), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"launch of {script.name} hung: killed after {timeout} s\n{_logs(log_dir)}") from None
     if proc.returncode != 0:
-        logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(log_dir.glob("*")) if p.is_file())
-        raise AssertionError(f"launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}\n{logs}")
-    return proc
+        raise AssertionError(f"launch failed ({proc.returncode}):\n{out[-2000:]}\n{err[-2000:]}\n{_logs(log_dir)}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _logs(log_dir: Path) -> str:
+    return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(log_dir.glob("*")) if p.is_file())

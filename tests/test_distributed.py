@@ -1,4 +1,8 @@
-"""Data parallel on the CPU (gloo): found_inf is all-reduced, so ranks cannot diverge."""
+"""Data parallel on the CPU (gloo): found_inf is agreed, so ranks cannot diverge.
+
+With loss scaling on (fp16_emulation) and off (the skip_nonfinite guard), one launch each for
+the agreed flag and for the control without it.
+"""
 
 from __future__ import annotations
 
@@ -22,15 +26,17 @@ def run(tmp_path: Path, sync: bool) -> list:
 @pytest.mark.slow
 def test_inf_on_one_rank_skips_on_both_and_parameters_stay_identical(tmp_path):
     rank0, rank1 = run(tmp_path, sync=True)
-    assert rank0["skipped"] == rank1["skipped"] == [False, True, False]
-    assert rank0["scale"] == rank1["scale"] == 512.0
-    for a, b in zip(rank0["params"], rank1["params"]):
-        np.testing.assert_array_equal(a, b)
+    for mode, scale in (("on", 512.0), ("off", 1.0)):
+        assert rank0[mode]["skipped"] == rank1[mode]["skipped"] == [False, True, False], mode
+        assert rank0[mode]["scale"] == rank1[mode]["scale"] == scale
+        for a, b in zip(rank0[mode]["params"], rank1[mode]["params"]):
+            np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.slow
-def test_without_the_all_reduce_ranks_diverge(tmp_path):
+def test_without_the_agreement_ranks_diverge(tmp_path):
     """The control: Paddle's behaviour, one rank skips and the other steps."""
     rank0, rank1 = run(tmp_path, sync=False)
-    assert rank0["skipped"] == [False, False, False] and rank1["skipped"] == [False, True, False]
-    assert any(not np.array_equal(a, b) for a, b in zip(rank0["params"], rank1["params"]))
+    for mode in ("on", "off"):
+        assert rank0[mode]["skipped"] == [False, False, False] and rank1[mode]["skipped"] == [False, True, False]
+        assert any(not np.array_equal(a, b) for a, b in zip(rank0[mode]["params"], rank1[mode]["params"]))

@@ -10,6 +10,8 @@ code):
   the flags Paddle programs read after ``step()``).
 - :mod:`.optimizer`: optimizer parameters, gradient tensors (``main_grad`` where set), the
   method that applies an update, fused norm kernels, hapi's scaler.
+- :mod:`.fleet`: fleet's optimizer wrappers, its clips (how it reduces the global norm),
+  stage 2/3's markers, the scalers it patches.
 - :mod:`.kernels`: float16 rounding by ``paddle._C_ops`` kernels, or by the compiled one-pass
   kernel (:mod:`paddle_amp_ext._native`) through ``Tensor.data_ptr()``.
 """

@@ -74,7 +74,9 @@ def unscale(scaler: Any, optimizer: Any) -> Any:
     by Paddle's ``check_finite_and_unscale`` kernel (Paddle's ``_unscale`` itself where no
     parameter has a ``main_grad``); where fleet replaced ``_unscale`` on this scaler, that runs
     instead. found_inf is a device flag, or the Python int fleet's
-    ``MixPrecisionScaler`` stores (it read the flag back to the host itself).
+    ``MixPrecisionScaler`` stores (it read the flag back to the host itself). The optimizer is
+    marked UNSCALED also when fleet's ``_unscale`` ran (``fleet.distributed_scaler``,
+    ``GroupShardedScaler``: theirs leaves the state alone, so ``step()`` would unscale again).
 
     Raises:
         RuntimeError: Paddle's message, when the optimizer was already unscaled or stepped

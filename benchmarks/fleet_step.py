@@ -1,0 +1,152 @@
+"""Collectives per step and step time: this package's guarded, clipped step vs Paddle's own fleet path.
+
+Runs itself under ``paddle.distributed.launch --nproc_per_node 2`` on the CPU (gloo), once per
+hybrid config (``dp``: fleet's data parallel; ``sharding``: sharding stage 1; ``mp``: tensor
+parallel with the first layer's parameters marked ``is_distributed``). Variants, interleaved in
+one run (both ranks run the same sequence, so collectives pair up):
+
+- ``paddle``: Paddle's own path: the optimizer built with ``ClipGradByGlobalNorm(1.0)`` (fleet
+  turns it into ``HybridParallelClipGrad``), ``optimizer.step()``, no non-finite guard;
+- ``ours``: ``GradScaler(enable=False)`` (loss scaling off as on every CPU: the skip_nonfinite
+  guard, its flag agreed over the ranks) and ``scaler.step(optimizer, grad_clip=1.0)``;
+- ``ours_own_clip``: the same scaler with the optimizer's own fleet clip (norm recorded).
+
+Collectives are counted by wrapping ``paddle.distributed``'s all_reduce/reduce/broadcast/
+all_gather for one step of each variant.
+
+    python benchmarks/fleet_step.py                 # all three configs, prints a table
+    python benchmarks/fleet_step.py --configs sharding --repeats 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather")
+
+
+def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "dist_scripts"))
+    import fleet_common as fc  # the protobuf shim Paddle 2.6 needs, the barrier gloo needs
+    import paddle
+    import paddle.distributed as dist
+    from _timing import interleaved
+    from paddle.distributed import fleet
+
+    import paddle_amp_ext as amp
+
+    fc.init(**{config: 2})
+    rank = dist.get_rank()
+    counts = {"n": 0}
+    for name in COLLECTIVES:
+        original = getattr(paddle.distributed, name)
+
+        def counted(*args, _original=original, **kwargs):
+            counts["n"] += 1
+            return _original(*args, **kwargs)
+
+        setattr(paddle.distributed, name, counted)
+    x = paddle.randn([64, width])
+
+    def build(optimizer_clip):
+        paddle.seed(0)
+        model = paddle.nn.Sequential(paddle.nn.Linear(width, width), paddle.nn.ReLU(), paddle.nn.Linear(width, 1))
+        if config == "mp":
+            for p in model[0].parameters():
+                p.is_distributed = True
+        opt = paddle.optimizer.SGD(learning_rate=1e-4, parameters=model.parameters(), grad_clip=optimizer_clip)
+        wrapped = model if config == "mp" else fleet.distributed_model(model)
+        return wrapped, fleet.distributed_optimizer(opt)
+
+    def paddle_step():
+        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0))
+
+        def step():
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.clear_grad()
+        return step
+
+    def ours_step(own_clip: bool):
+        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0) if own_clip else None)
+        scaler = amp.GradScaler(enable=False)
+
+        def step():
+            scaler.scale(model(x).pow(2).mean()).backward()
+            scaler.step(opt, grad_clip=None if own_clip else 1.0)
+            scaler.update()
+            opt.clear_grad()
+        return step
+
+    variants = {"paddle": paddle_step(), "ours": ours_step(False), "ours_own_clip": ours_step(True)}
+    per_step = {}
+    for name, fn in variants.items():
+        fn()  # warm
+        before = counts["n"]
+        fn()
+        per_step[name] = counts["n"] - before
+    samples: dict = {}
+    interleaved(variants, steps=steps, repeats=repeats, warmup=5, samples=samples)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"collectives": per_step, "samples": samples}, f)
+
+
+def run(config: str, steps: int, repeats: int, width: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
+        env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.join(HERE, ".."), env.get("PYTHONPATH", "")])
+        cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+               os.path.join(tmp, "log"), os.path.abspath(__file__), "--worker", config, out, str(steps),
+               str(repeats), str(width)]
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+        with open(out) as f:
+            return json.load(f)
+
+
+def quartiles(values: list) -> tuple:
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--configs", nargs="+", default=["dp", "sharding", "mp"])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        config, out, steps, repeats, width = args.worker
+        worker(config, out, int(steps), int(repeats), int(width))
+        return 0
+    print(f"fleet step, 2 processes (gloo, CPU), MLP {args.width}x{args.width}, batch 64, "
+          f"{args.repeats} interleaved repeats of {args.steps} steps")
+    print("config    collectives/step (paddle, ours, ours_own_clip)   ms/step paddle   ours/paddle median [IQR]"
+          "   ours_own_clip/paddle median [IQR]")
+    for config in args.configs:
+        result = run(config, args.steps, args.repeats, args.width)
+        s, c = result["samples"], result["collectives"]
+        ratios = {k: [a / b for a, b in zip(s[k], s["paddle"])] for k in ("ours", "ours_own_clip")}
+        cells = []
+        for k in ("ours", "ours_own_clip"):
+            lo, hi = quartiles(ratios[k])
+            cells.append(f"{statistics.median(ratios[k]):.3f} [{lo:.3f}, {hi:.3f}]")
+        print(f"{config:<9} {c['paddle']}, {c['ours']}, {c['ours_own_clip']:<38} "
+              f"{1e3 * statistics.median(s['paddle']):>8.2f}       {cells[0]:<26} {cells[1]}")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

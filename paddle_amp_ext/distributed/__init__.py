@@ -1,0 +1,18 @@
+"""Distributed decisions: one skip for every rank, the norm of the gradient the optimizer applies.
+
+- :mod:`.flags`: the found_inf flag agreed (MAX) over the ranks, and its one read to the host.
+- :mod:`.layout`: where the gradients are reduced (already in backward, or inside
+  ``optimizer.step()`` by fleet) and so where a clip must run.
+- :mod:`.norm`: the clip run inside a fleet optimizer's step, on the reduced gradients, with
+  the global norm computed as fleet computes it.
+
+The fleet internals these read live in :mod:`paddle_amp_ext._compat.fleet`.
+"""
+
+from __future__ import annotations
+
+from .flags import agree_found_inf, all_reduce_max, host_bool
+from .layout import Layout, layout_of
+from .norm import step_clipped
+
+__all__ = ["Layout", "agree_found_inf", "all_reduce_max", "host_bool", "layout_of", "step_clipped"]
