@@ -137,6 +137,11 @@ class AmpConfig:
         put(self, "custom_white_list", white)
         put(self, "custom_black_list", black)
         put(self, "fp32_layers", as_op_names("fp32_layers", self.fp32_layers))
+        if "" in self.fp32_layers:
+            raise ValueError(f"fp32_layers={list(self.fp32_layers)} contains '', the model's own name: it would "
+                             "keep the whole model in float32, which is no AMP at all. Name sublayers by path "
+                             "('head', 'encoder.norm') or class ('LayerNorm'); for a float32 model, turn AMP off "
+                             "(enable=False).")
         oplists.validate(white, black)
         validate_scaling(
             init_loss_scaling=self.init_loss_scaling,
