@@ -172,9 +172,8 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
         BuildError, OSError: it cannot be built there (the message says why).
     """
     folder = os.path.realpath(folder)
-    problem = trust.folder_problem(folder) if os.path.isdir(folder) else None
-    if problem is not None:
-        raise trust.UntrustedError(problem)
+    if os.path.isdir(folder):
+        trust.check_folder(folder)
     target = os.path.join(folder, library_name())
     identity = None if cc is None else compiler_identity(cc)
     stale = None
@@ -189,9 +188,7 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
     if cc is None or identity is None:
         raise BuildError(f"{stale}, and {NO_COMPILER}" if stale else NO_COMPILER)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    problem = trust.folder_problem(folder)  # made just now: its parents decide
-    if problem is not None:
-        raise trust.UntrustedError(problem)
+    trust.check_folder(folder)  # made just now: its parents decide
     try:
         kernel = _compile(cc, target, identity)
     except _FAILURES as exc:
@@ -252,16 +249,16 @@ def _build() -> Tuple[Optional[Kernel], str]:
     except UnsupportedCPUError as exc:
         return None, str(exc)
     except trust.UntrustedError as exc:
-        failure = f"{exc}: a library there could have been planted, so nothing in it is loaded"
+        failure = where = f"{exc}: a library there could have been planted, so nothing in it is loaded"
         warn_once(f"native-untrusted:{cache_dir()}", "fp16 rehearsal kernel cache: %s; %s. Set %s to a "
                   "folder only you can write.", failure, "building in a private temporary folder"
                   if cc is not None else "no C compiler to build elsewhere", ENV_CACHE)
-        where = failure
+        if cc is None:
+            return None, f"{failure}, and {NO_COMPILER}"
     except _FAILURES as exc:
-        failure = str(exc)
-        where = f"{cache_dir()}: {failure}"
-    if cc is None:
-        return None, failure if where != failure else f"{failure}, and {NO_COMPILER}"
+        failure, where = str(exc), f"{cache_dir()}: {exc}"
+        if cc is None:
+            return None, failure
     # A folder not writable or not ours, a full disk: once more in a private temporary folder
     # (maybe another file system), removed after loading (the mapping stays).
     logger.debug("building in %s failed (%s); building in a temporary folder", cache_dir(), failure)

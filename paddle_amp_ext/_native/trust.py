@@ -46,11 +46,15 @@ def _who_could_write(info: os.stat_result, what: str, allow_root: bool) -> Optio
     return None
 
 
-def folder_problem(folder: str) -> Optional[str]:
-    """None when only the current user could have put files in ``folder`` (an absolute path,
-    symbolic links already resolved); else a sentence naming the folder and who else could."""
+def check_folder(folder: str) -> None:
+    """Return when only the current user could have put files in ``folder`` (an absolute path,
+    symbolic links already resolved).
+
+    Raises:
+        UntrustedError: naming the folder (or the one above it) and who else could write there.
+    """
     if not hasattr(os, "geteuid"):
-        return f"{folder}: file owners cannot be checked on this system"
+        raise UntrustedError(f"{folder}: file owners cannot be checked on this system")
     try:
         problem = _who_could_write(os.stat(folder), folder, allow_root=False)
         parent = os.path.dirname(folder)
@@ -58,8 +62,9 @@ def folder_problem(folder: str) -> Optional[str]:
             folder, parent = parent, os.path.dirname(parent)
             problem = _who_could_write(os.stat(folder), f"{folder} (above the cache folder)", allow_root=True)
     except OSError as exc:
-        return f"{folder} cannot be checked ({exc})"
-    return problem
+        problem = f"{folder} cannot be checked ({exc})"
+    if problem is not None:
+        raise UntrustedError(problem)
 
 
 def private_folder() -> str:
@@ -70,10 +75,11 @@ def private_folder() -> str:
         OSError: no temporary folder can be made.
     """
     folder = os.path.realpath(tempfile.mkdtemp(prefix="paddle_amp_ext-"))
-    problem = folder_problem(folder)
-    if problem is not None:
+    try:
+        check_folder(folder)
+    except UntrustedError:
         os.rmdir(folder)
-        raise UntrustedError(problem)
+        raise
     return folder
 
 
