@@ -152,8 +152,9 @@ def auto_cast(
         strict: raise ``AmpUnsupportedError`` instead of falling back to float32.
 
     Raises:
-        ValueError: an unknown op name (with the closest real names) or an op in both lists.
-        TypeError: a list that is not an iterable of str.
+        ValueError: an unknown op name (with the closest real names), an op in both lists, or a
+            ``level`` Paddle does not know (checked here, at the call).
+        TypeError: a list that is not an iterable of str, or a ``level`` that is not a str.
 
     Example:
         >>> with auto_cast(custom_white_list=["matmul"]):  # doctest: +SKIP
@@ -170,6 +171,7 @@ def auto_cast(
         ),
     )
     args["enable"] = _flag("enable", args["enable"])
+    _check_cast_level(args["level"])
     # materialize once and validate now, so a typo fails at the call site
     white = as_op_names("custom_white_list", args["custom_white_list"])
     black = as_op_names("custom_black_list", args["custom_black_list"])
@@ -248,6 +250,21 @@ def decorate(
         master_grad=master_grad,
         excluded_layers=excluded,
     )
+
+
+#: The levels ``paddle.amp.auto_cast`` accepts (either case), on 2.6 and 3.x alike.
+CAST_LEVELS = ("O0", "OD", "O1", "O2")
+
+
+def _check_cast_level(level: Any) -> None:
+    """``auto_cast``'s ``level`` as Paddle would check it at ``with``, but at the call and naming the value."""
+    if not isinstance(level, str):
+        raise TypeError(f"auto_cast level must be a str, one of {CAST_LEVELS}. Received: level={level!r} "
+                        f"(of type {type(level).__name__})")
+    if level.upper() not in CAST_LEVELS:
+        raise ValueError(f"auto_cast level must be one of {CAST_LEVELS} (as in paddle.amp.auto_cast: 'O1' casts by the "
+                         f"op lists, 'O2' casts all but the black list, 'OD' only the default white list, 'O0' "
+                         f"nothing). Received: level={level!r}")
 
 
 def _check_decorate_args(level: Any, dtype: Any, save_dtype: Any) -> None:

@@ -13,12 +13,11 @@ import difflib
 import json
 import math
 import numbers
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Tuple
 
-from . import oplists
+from . import configfile, oplists
 
 #: The largest float32: the default upper bound of the loss scale (Paddle's scale is a float32
 #: tensor, unbounded below that).
@@ -27,7 +26,6 @@ DTYPES = ("float16", "bfloat16", "auto")
 LEVELS = ("O1", "O2")
 HYSTERESIS = ("consecutive", "cumulative")
 ON_COLLAPSE = ("warn", "raise")
-FORMAT_KEYS = ("amp", "paddle_amp_ext")
 
 
 def _describe(value: object) -> str:
@@ -139,6 +137,11 @@ class AmpConfig:
         put(self, "custom_white_list", white)
         put(self, "custom_black_list", black)
         put(self, "fp32_layers", as_op_names("fp32_layers", self.fp32_layers))
+        if "" in self.fp32_layers:
+            raise ValueError(f"fp32_layers={list(self.fp32_layers)} contains '', the model's own name: it would "
+                             "keep the whole model in float32, which is no AMP at all. Name sublayers by path "
+                             "('head', 'encoder.norm') or class ('LayerNorm'); for a float32 model, turn AMP off "
+                             "(enable=False).")
         oplists.validate(white, black)
         validate_scaling(
             init_loss_scaling=self.init_loss_scaling,
@@ -196,52 +199,25 @@ class AmpConfig:
     def from_file(cls, path: str | Path) -> AmpConfig:
         """Read a ``.toml`` or ``.json`` file (settings at top level or under ``[amp]``).
 
+        The file is checked before it is read: a device (``/dev/zero``), a named pipe or a
+        directory, or a file over 1 MiB (:data:`configfile.MAX_BYTES`), is refused.
+
         Raises:
             FileNotFoundError: no such file.
-            ValueError: unparsable text, an unknown suffix, key or value (the message names the file).
+            ValueError: not a regular file or too large (named with its size and the limit),
+                unparsable text, an unknown suffix, key or value (the message names the file).
         """
         path = Path(path)
-        name = str(path)
-        raw = path.read_bytes()
+        data = configfile.parse(path)
         try:
-            text = raw.decode("utf-8-sig")  # a leading BOM is fine
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"Config file {name!r} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset "
-                             f"{exc.start}): save it as UTF-8.") from None
-        suffix = path.suffix.lower()
-        if suffix not in (".json", ".toml"):
-            raise ValueError(f"Config file {name!r} has suffix {suffix!r}; use .toml or .json.")
-        try:
-            data = json.loads(text) if suffix == ".json" else _load_toml(text)
-        except RecursionError:
-            raise ValueError(f"Config file {name!r} is nested too deeply to be an AmpConfig.") from None
-        except ValueError as exc:  # JSONDecodeError is a ValueError, and so are TOML errors here
-            raise ValueError(f"Config file {name!r} is not valid {suffix[1:]}: {exc}") from None
-        try:
-            return cls.from_dict(_settings_table(data, name))
+            return cls.from_dict(configfile.settings_table(data))
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"Config file {name!r}: {exc}") from None
+            raise type(exc)(f"Config file {str(path)!r}: {exc}") from None
 
     # ------------------------------------------------------------------ derived values
     def replace(self, **changes: Any) -> AmpConfig:
         """A copy with ``changes`` applied (validated)."""
         return dataclasses.replace(self, **changes)
-
-
-def _settings_table(data: Any, name: str) -> Any:
-    """The settings of a parsed config file: top level, or an ``[amp]`` / ``[paddle_amp_ext]``
-    table (other tables beside it, as in a shared project file, are not ours and are ignored)."""
-    if not isinstance(data, dict):
-        return data
-    tables = [key for key in FORMAT_KEYS if isinstance(data.get(key), dict)]
-    if not tables:
-        return data
-    if len(tables) > 1:
-        raise ValueError(f"settings in both {tables}: keep one table.")
-    loose = sorted(key for key, value in data.items() if not isinstance(value, dict))
-    if loose:
-        raise ValueError(f"settings both at top level {loose} and in [{tables[0]}]: put them all in [{tables[0]}].")
-    return data[tables[0]]
 
 
 def validate_scaling(
@@ -302,14 +278,3 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {_describe(value)} as TOML")
-
-
-def _load_toml(text: str) -> Any:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on Python < 3.11
-        import tomli as tomllib
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(str(exc)) from exc

@@ -101,7 +101,8 @@ def select_layers(model: paddle.nn.Layer, names: Iterable[Any]) -> list[paddle.n
 
     Raises:
         TypeError: a name that is not a str.
-        ValueError: a name that matches nothing, with the closest sublayer names.
+        ValueError: a name that matches nothing (with the closest sublayer names), or one that
+            selects ``model`` itself: ``""`` (its own path) or its class name.
     """
     named = dict(model.named_sublayers(include_self=True))
     chosen: list[paddle.nn.Layer] = []
@@ -109,6 +110,12 @@ def select_layers(model: paddle.nn.Layer, names: Iterable[Any]) -> list[paddle.n
         if not isinstance(name, str):
             raise TypeError(f"fp32 layer names must be str sublayer paths (e.g. 'head', '2') or class names. "
                             f"Received: {name!r} (of type {type(name).__name__})")
+        if name in ("", type(model).__name__):
+            what = "the model's own path" if name == "" else "the model's own class"
+            children = [qual for qual, _ in model.named_children()][:4]
+            raise ValueError(f"fp32 layer name {name!r} is {what}: it would keep the whole model in float32, which "
+                             f"is no AMP at all. Name its sublayers by path (e.g. {children}) or class; to keep all "
+                             "of it, call keep_fp32(model) without names, or turn AMP off (enable=False).")
         hits = [layer for qual, layer in named.items() if qual == name or type(layer).__name__ == name]
         if not hits:
             pool = sorted(set(named) | {type(v).__name__ for v in named.values()} - {""})
@@ -128,7 +135,8 @@ def keep_fp32(layer: paddle.nn.Layer, names: Iterable[str] | str | None = None) 
 
     Raises:
         TypeError: ``layer`` is not a ``paddle.nn.Layer``, or a name is not a str.
-        ValueError: a name that matches no sublayer.
+        ValueError: a name that matches no sublayer, or ``""`` / ``layer``'s class name (the
+            whole layer: pass no names for that).
 
     Example:
         >>> model = keep_fp32(model, ["head"])  # doctest: +SKIP

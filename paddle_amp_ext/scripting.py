@@ -16,11 +16,15 @@ from typing import List, Optional
 
 @dataclass(frozen=True)
 class ScriptEnd:
-    """How a script ended: ``exit_code`` as ``python script.py`` would exit (0 normally, ``n``
-    for ``sys.exit(n)``, 1 for an exception), and the exception it raised (not SystemExit)."""
+    """How a script ended: ``exit_code`` as ``python script.py`` would exit (0 normally or for
+    ``sys.exit()``, ``n`` for ``sys.exit(n)``, 1 for an exception or for ``sys.exit(obj)`` with
+    any other object), the exception it raised (not SystemExit), and ``exit_message``: what
+    Python prints on stderr for ``sys.exit(obj)`` (``str(obj)``: ``sys.exit("no data")``,
+    ``sys.exit(3.5)``), else None."""
 
     exit_code: int
     error: Optional[BaseException] = None
+    exit_message: Optional[str] = None
 
 
 def check_script(path: str) -> None:
@@ -29,11 +33,15 @@ def check_script(path: str) -> None:
         raise FileNotFoundError(f"No such script: {path!r}" + (" (it is a directory)" if os.path.isdir(path) else ""))
 
 
-def exit_code_of(exc: SystemExit) -> int:
+def end_of(exc: SystemExit) -> ScriptEnd:
+    """The end ``sys.exit(code)`` makes, as Python's own handling of SystemExit: None exits 0,
+    an int exits with it, anything else is printed (``str``) and exits 1."""
     code = exc.code
     if code is None:
-        return 0
-    return code if isinstance(code, int) else 1  # sys.exit("message") exits 1, as Python does
+        return ScriptEnd(0)
+    if isinstance(code, int):
+        return ScriptEnd(int(code))  # sys.exit(True) is 1
+    return ScriptEnd(1, exit_message=str(code))
 
 
 def run_as_main(path: str, argv: List[str]) -> ScriptEnd:
@@ -52,7 +60,7 @@ def run_as_main(path: str, argv: List[str]) -> ScriptEnd:
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
-        return ScriptEnd(exit_code_of(exc))
+        return end_of(exc)
     except Exception as exc:  # the script failed: the caller reports it
         return ScriptEnd(1, exc)
     finally:

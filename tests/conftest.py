@@ -22,6 +22,20 @@ def fresh_state():
 
 
 @pytest.fixture
+def rebuild(monkeypatch, tmp_path):
+    """A fresh native-kernel build state with the cache in ``tmp_path / "cache"``; the real
+    kernel is loaded again after."""
+    from paddle_amp_ext._native import build
+
+    monkeypatch.setenv(build.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.delenv(build.ENV_SWITCH, raising=False)
+    build.reset()
+    yield tmp_path / "cache"
+    monkeypatch.undo()
+    build.reset()
+
+
+@pytest.fixture
 def caplog_amp(caplog):
     caplog.set_level(logging.DEBUG, logger="paddle_amp_ext")
     return caplog

@@ -55,6 +55,16 @@ def require_native_kernel() -> None:
         pytest.skip(str(current))
 
 
+def no_compiler(monkeypatch, tmp_path) -> None:
+    """No C compiler for the native kernel's build: an empty PATH, no CC, none from sysconfig."""
+    from paddle_amp_ext._native import build
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(build.sysconfig, "get_config_var", lambda name: None)
+    assert build.compiler() is None
+
+
 def fp16(values):
     """``values`` as float16 stores them (numpy's conversion), as float32."""
     with np.errstate(over="ignore"):

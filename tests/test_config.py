@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+from pathlib import Path
 
 import pytest
 
 import paddle_amp_ext as amp
-from paddle_amp_ext import AmpConfig
+from paddle_amp_ext import AmpConfig, configfile
 
 
 def full_config() -> AmpConfig:
@@ -115,3 +118,31 @@ def test_config_drives_auto_cast_and_scaler():
     assert "matmul_v2" not in white
     with pytest.raises(TypeError, match=r"Pass either config= or \['dtype'\]"):
         amp.auto_cast(config=cfg, dtype="bfloat16")
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "a link to /dev/zero", "a named pipe", "a directory"])
+def test_from_file_refuses_what_is_not_a_regular_file_before_reading(tmp_path, kind):
+    """/dev/zero read whole was a MemoryError; a named pipe would block in open()."""
+    path = {"/dev/zero": Path("/dev/zero"), "a directory": tmp_path}.get(kind, tmp_path / "zero.toml")
+    if kind == "a link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    if kind == "a named pipe":
+        os.mkfifo(path)
+    what = {"a directory": "a directory", "a named pipe": "a named pipe"}.get(kind, "a character device")
+    with pytest.raises(ValueError, match=rf"^Config file '{re.escape(str(path))}' is {what}, not a regular file: "
+                                         r"give the path of a \.toml or \.json file\.$"):
+        AmpConfig.from_file(path)
+
+
+def test_from_file_refuses_a_file_over_one_mib_naming_its_size_and_the_limit(tmp_path):
+    huge = tmp_path / "huge.toml"
+    with open(huge, "wb") as handle:
+        handle.truncate(2 << 30)  # sparse: 2 GiB that read whole was a MemoryError
+    with pytest.raises(ValueError, match=rf"^Config file '{re.escape(str(huge))}' is 2\.0 GiB \(2147483648 bytes\); "
+                                         r"a config file may be at most 1\.0 MiB \(1048576 bytes\): is this the "
+                                         r"right file\?$"):
+        AmpConfig.from_file(huge)
+    limit = tmp_path / "limit.toml"
+    limit.write_bytes(b"dtype = 'bfloat16'\n" + b"#" * (configfile.MAX_BYTES - 20) + b"\n")
+    assert limit.stat().st_size == configfile.MAX_BYTES
+    assert AmpConfig.from_file(limit).dtype == "bfloat16", "exactly the limit is read"

@@ -334,6 +334,19 @@ def test_auto_cast_enable_must_be_a_bool():
         assert autocast_on() is False
 
 
+def test_auto_cast_level_is_checked_at_the_call_naming_the_value():
+    with pytest.raises(ValueError, match=r"^auto_cast level must be one of \('O0', 'OD', 'O1', 'O2'\) \(as in "
+                                         r"paddle\.amp\.auto_cast: .*\)\. Received: level='O3'$"):
+        amp.auto_cast(level="O3")  # before any `with`: Paddle would raise only there, without the value
+    with pytest.raises(TypeError, match=r"auto_cast level must be a str, one of .*Received: level=2 \(of type int\)"):
+        amp.auto_cast(level=2)
+    with amp.routed(), pytest.raises(ValueError, match="Received: level='O3'"):
+        paddle.amp.auto_cast(True, None, None, "O3")  # routed, positional, as a toolkit calls it
+    for level in ("O0", "od", "O1", "o2"):  # what Paddle accepts, either case, still passes
+        with amp.auto_cast(level=level):
+            pass
+
+
 # --------------------------------------------------------------------------- the gate where Paddle decides
 def test_rocm_xpu_and_custom_devices_follow_paddles_rule():
     rocm = decide_by_support("auto", fp16=True, bf16=True, device="ROCm GPU 0", rule="Paddle 3.3.1's rule for ROCm")

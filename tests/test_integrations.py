@@ -16,6 +16,7 @@ import pytest
 
 import paddle_amp_ext as amp
 from paddle_amp_ext import _compat
+from paddle_amp_ext.integrations import active_routing
 
 ORIGINALS = {name: getattr(paddle.amp, name) for name in ("GradScaler", "AmpScaler", "auto_cast", "decorate")}
 
@@ -36,16 +37,74 @@ def test_routing_replaces_and_restores_paddle_amp():
     assert {name: getattr(paddle.amp, name) for name in ORIGINALS} == ORIGINALS
 
 
-def test_routings_nest_and_undo_in_reverse_order():
-    outer = amp.route()
-    inner = amp.route()
-    with pytest.raises(RuntimeError, match="innermost routing"):
-        outer.undo()
-    inner.undo()
-    assert paddle.amp.GradScaler is outer.replacements["GradScaler"]
+def test_routings_nest_and_end_in_any_order():
+    outer = amp.route(amp.AmpConfig(max_consecutive_skips=7))
+    inner = amp.route(amp.AmpConfig(max_consecutive_skips=9))
+    assert active_routing() is inner and paddle.amp.GradScaler()._max_consecutive_skips == 9
+    outer.undo()  # not the innermost: paddle.amp stays routed for the inner one
+    assert paddle.amp.GradScaler is inner.replacements["GradScaler"]
+    assert active_routing() is inner and paddle.amp.GradScaler()._max_consecutive_skips == 9
     amp.unroute()
-    assert paddle.amp.GradScaler is ORIGINALS["GradScaler"]
+    assert {name: getattr(paddle.amp, name) for name in ORIGINALS} == ORIGINALS
     amp.unroute()  # nothing routed: nothing to do
+
+
+def test_a_second_undo_is_named():
+    routing = amp.route()
+    routing.undo()
+    with pytest.raises(RuntimeError, match=r"This routing was undone already \(a second undo\(\)"):
+        routing.undo()
+    with amp.routed() as block:
+        pass
+    with pytest.raises(RuntimeError, match="undone already"):
+        block.undo()
+    assert {name: getattr(paddle.amp, name) for name in ORIGINALS} == ORIGINALS
+
+
+def test_routings_from_two_threads_overlap_and_restore_paddle_amp():
+    """Each thread enters, waits until the other has entered, builds a scaler, leaves in the
+    opposite order to the way a single stack would need: no error, each thread's scalers get
+    its own config, and paddle.amp is Paddle's again after both left."""
+    import threading
+
+    entered, first_left = threading.Barrier(2), threading.Event()
+    results, errors = {}, []
+
+    def worker(name, skips, leave_first):
+        try:
+            with amp.routed(amp.AmpConfig(max_consecutive_skips=skips), on_scaler=lambda s: None) as routing:
+                entered.wait(timeout=30)
+                if not leave_first:
+                    first_left.wait(timeout=30)
+                    results[name + " after the other left"] = paddle.amp.GradScaler is not ORIGINALS["GradScaler"]
+                built = paddle.amp.GradScaler()
+                results[name] = (built._max_consecutive_skips, routing.scalers == [built])
+            if leave_first:
+                first_left.set()
+        except BaseException as exc:  # noqa: BLE001 - reported to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=("first", 3, False)),  # entered first, leaves last
+               threading.Thread(target=worker, args=("second", 5, True))]
+    threads[0].start()
+    threads[1].start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert results == {"first": (3, True), "second": (5, True), "first after the other left": True}
+    assert {name: getattr(paddle.amp, name) for name in ORIGINALS} == ORIGINALS
+    assert active_routing() is None
+
+
+def test_a_thread_started_inside_a_routed_block_uses_that_routing():
+    import threading
+
+    built = []
+    with amp.routed(amp.AmpConfig(max_consecutive_skips=4)) as routing:
+        thread = threading.Thread(target=lambda: built.append(paddle.amp.GradScaler()))
+        thread.start()
+        thread.join(30)
+        assert routing.scalers == built and built[0]._max_consecutive_skips == 4
 
 
 def test_a_config_fills_in_what_the_caller_leaves_at_paddles_defaults():

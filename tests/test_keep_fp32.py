@@ -185,3 +185,36 @@ def test_kept_layer_turns_autocast_off_inside_a_static_program():
     finally:
         paddle.disable_static()
     assert seen == {"plain": True, "kept": False} and after is True
+
+
+@pytest.mark.parametrize("name,what", [("", "the model's own path"), ("Sequential", "the model's own class")])
+def test_a_name_for_the_whole_model_is_refused(name, what):
+    model = paddle.nn.Sequential(paddle.nn.Linear(2, 2), paddle.nn.Linear(2, 1))
+    with pytest.raises(ValueError, match=rf"^fp32 layer name '{name}' is {what}: it would keep the whole model in "
+                                         r"float32, which is no AMP at all\. Name its sublayers by path "
+                                         r"\(e\.g\. \['0', '1'\]\) or class; to keep all of it, call "
+                                         r"keep_fp32\(model\) without names"):
+        amp.keep_fp32(model, [name])
+    assert not any(amp.keep.is_kept_fp32(layer) for layer in model.sublayers(include_self=True)), "nothing kept"
+    with pytest.raises(ValueError, match=f"fp32 layer name '{name}' is {what}"):
+        amp.keep_fp32(model, name)  # a single str too
+
+
+def test_a_config_naming_the_models_class_is_refused_where_the_model_is_known():
+    model = paddle.nn.Sequential(paddle.nn.Linear(2, 2))
+    config = amp.AmpConfig(fp32_layers=["Sequential"], level="O2")
+    for use in (lambda: amp.fp16_emulation(model, config=config).__enter__(),
+                lambda: amp.decorate(model, config=config)):
+        with pytest.raises(ValueError, match="fp32 layer name 'Sequential' is the model's own class"):
+            use()
+    assert not amp.keep.is_kept_fp32(model)
+
+
+def test_config_refuses_the_empty_layer_name():
+    with pytest.raises(ValueError, match=r"^fp32_layers=\['head', ''\] contains '', the model's own name: it would "
+                                         r"keep the whole model in float32, which is no AMP at all\. Name sublayers "
+                                         r"by path \('head', 'encoder\.norm'\) or class \('LayerNorm'\); for a "
+                                         r"float32 model, turn AMP off \(enable=False\)\.$"):
+        amp.AmpConfig(fp32_layers=["head", ""])
+    with pytest.raises(ValueError, match="contains '', the model's own name"):
+        amp.AmpConfig.from_dict({"fp32_layers": [""]})

@@ -11,24 +11,13 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from helpers import fp16, require_native_kernel
+from helpers import fp16, no_compiler, require_native_kernel
 
 import paddle_amp_ext as amp
 from paddle_amp_ext._compat import kernels
 from paddle_amp_ext._native import build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture
-def rebuild(monkeypatch, tmp_path):
-    """A fresh build state with the cache in ``tmp_path``; the real kernel is loaded again after."""
-    monkeypatch.setenv(build.ENV_CACHE, str(tmp_path / "cache"))
-    monkeypatch.delenv(build.ENV_SWITCH, raising=False)
-    build.reset()
-    yield tmp_path / "cache"
-    monkeypatch.undo()
-    build.reset()
 
 
 def wide_values(size, seed=0):
@@ -41,7 +30,8 @@ def test_builds_into_the_cache_and_loads_from_it(rebuild):
     require_native_kernel()
     first = build.status()
     assert first.available and first.detail.startswith(str(rebuild)), first
-    assert os.listdir(rebuild) == [os.path.basename(first.detail)], "one library, no partial files left"
+    library = os.path.basename(first.detail)
+    assert sorted(os.listdir(rebuild)) == [library[:-3] + ".json", library], "the library and its record, nothing partial"
     assert str(first).startswith("native F16C kernel: ")
     build.reset()
     built_at = os.path.getmtime(first.detail)
@@ -57,7 +47,10 @@ def test_a_damaged_cached_library_is_built_again(rebuild, monkeypatch, tmp_path)
     path = str(folder / build.library_name())
     with open(path, "wb") as handle:  # (never over a loaded library: its mapping would break)
         handle.write(b"\x7fELF cut short by a full disk")
-    assert build.status().available and build.status().detail == path
+    current = build.status()
+    assert current.available, current
+    assert current.detail == (f"{path} (built again: {path} was not loaded: it has no record of its build "
+                              f"({build.library_name()[:-3]}.json))")
     assert os.path.getsize(path) > 1000
 
 
@@ -70,13 +63,6 @@ def test_an_unusable_cache_folder_builds_in_a_temporary_one(rebuild, monkeypatch
     current = build.status()
     assert current.available, current
     assert current.detail.startswith(f"built in a temporary folder ({blocked}: ")
-
-
-def no_compiler(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setattr(build.sysconfig, "get_config_var", lambda name: None)
-    assert build.compiler() is None
 
 
 def test_a_library_built_before_loads_without_a_compiler(rebuild, monkeypatch, tmp_path):
@@ -96,8 +82,8 @@ def test_a_damaged_library_without_a_compiler_says_both(rebuild, monkeypatch, tm
     no_compiler(monkeypatch, tmp_path)
     current = build.status()
     assert not current.available
-    assert current.detail.startswith(f"{rebuild / build.library_name()} does not load (")
-    assert current.detail.endswith("and no C compiler found (set CC, or install gcc)")
+    assert current.detail == (f"{rebuild / build.library_name()} was not loaded: it has no record of its build "
+                              f"({build.library_name()[:-3]}.json), and no C compiler found (set CC, or install gcc)")
 
 
 def test_a_full_cache_disk_builds_in_a_temporary_folder(rebuild, monkeypatch, tmp_path):
@@ -164,7 +150,7 @@ def test_processes_building_at_once_share_one_library(rebuild):
              for _ in range(3)]
     outputs = {p.communicate(timeout=120)[0].strip() for p in procs}
     assert len(outputs) == 1 and outputs.pop().startswith(f"True {rebuild}")
-    assert len(os.listdir(rebuild)) == 1
+    assert len(os.listdir(rebuild)) == 2, "one library and its record"
 
 
 def test_in_place_writes_into_the_tensor_and_views_are_handled():

@@ -183,6 +183,11 @@ def test_advice_proposes_a_loss_scale_from_the_gradient_range_and_bf16_when_fp16
 
     blown = amp.advise(Blowup(), x, dtype="float16")
     assert blown.dtype == "bfloat16" and blown.clean and "use bfloat16" in str(blown)
+    assert blown.fp32_layers == ()
+    culprit = amp.find_overflow(Blowup(), x).culprit
+    assert culprit.layer == "Blowup", "the model itself, labelled by its class"
+    assert culprit.fixes("float16") == ["switch to dtype='bfloat16' (float32's range) on a GPU with CC >= 8.0"], \
+        "no keep_fp32(model, ['Blowup']): keeping the whole model is no AMP (and refused)"
 
 
 def test_the_doctor_cli_writes_the_advice_as_amp_toml(tmp_path):

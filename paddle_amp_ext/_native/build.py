@@ -13,11 +13,18 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
 - a CPU other than x86 with F16C (e.g. aarch64), or no C compiler (``CC``, then Python's
   compiler, then ``cc``) and no library built before (a cache folder may hold one built on
   another machine of the same kind: ``docker/Dockerfile.cpu`` builds it, then drops gcc);
-- no writable cache folder and no temporary folder (the kernel is built in
+- no usable cache folder and no temporary folder (the kernel is built in
   ``$PADDLE_AMP_EXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/paddle_amp_ext`` or
   ``~/.cache/paddle_amp_ext``; failing that in a private temporary folder removed after
   loading);
 - a library that does not round a probe exactly as numpy does.
+
+A cached library is loaded only after :mod:`.trust` has checked it: a folder and file nobody but
+this user could have written (a cache folder others can write is not even looked into: the
+kernel is built in a private temporary folder, with a warning once), and a SHA-256 recorded at
+build time beside it that matches the file and this build. A library that fails any check, or
+fails to load (cut short, missing a function, not a library), is built again once; where that
+fails too, Paddle's kernels round.
 
 :func:`status` says which, and why; ``python -m paddle_amp_ext.check`` shows it.
 """
@@ -27,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import logging
 import os
 import platform
@@ -37,7 +45,10 @@ import sys
 import sysconfig
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .._log import warn_once
+from . import trust
 
 logger = logging.getLogger(__name__)
 
@@ -88,47 +99,103 @@ def cache_dir() -> str:
 _FLAGS = ("-O2", "-shared", "-fPIC")
 NO_COMPILER = "no C compiler found (set CC, or install gcc)"
 
+#: The library's functions: name -> (restype, argtypes). A library lacking one is not used;
+#: a new kernel function is one line here.
+SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
+    "pae_fp16_supported": (ctypes.c_int, []),
+    "pae_round_fp16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
+}
+#: The loaded library's functions, by name (those of :data:`SYMBOLS`).
+Kernel = Dict[str, Any]
+
+
+class UnsupportedCPUError(BuildError):
+    """The library loads but this CPU cannot run it: building again would not help."""
+
+
+#: What loading or verifying a library raises (a missing function: AttributeError; a bad
+#: record: ValueError); and what building one may raise besides.
+_LOAD_FAILURES = (BuildError, trust.UntrustedError, OSError, AttributeError, ValueError)
+_FAILURES = (*_LOAD_FAILURES, subprocess.SubprocessError)
+
+
+def build_description() -> Dict[str, str]:
+    """What a build depends on besides the compiler: the source's digest, the flags, the machine."""
+    with open(SOURCE, "rb") as handle:
+        source = hashlib.sha256(handle.read()).hexdigest()
+    return {"source_sha256": source, "flags": " ".join(_FLAGS), "machine": f"{sys.platform} {platform.machine()}"}
+
 
 def library_name() -> str:
     """The cached file's name: changes with the source, the flags and the machine, not with the
     compiler (a library built where there is one loads where there is none)."""
-    with open(SOURCE, "rb") as handle:
-        digest = hashlib.sha256(handle.read())
-    digest.update(f"{' '.join(_FLAGS)} {sys.platform} {platform.machine()}".encode())
-    return f"fp16round-{digest.hexdigest()[:16]}.so"
+    key = hashlib.sha256(json.dumps(build_description(), sort_keys=True).encode()).hexdigest()
+    return f"fp16round-{key[:16]}.so"
 
 
-def _compile(cc: List[str], target: str) -> None:
-    """Compile to ``target`` through a temporary name in its folder, then rename: concurrent
-    builds (one per rank of a launch) never load a half-written file."""
+def compiler_identity(cc: List[str]) -> str:
+    """The command and the first line of its ``--version`` (one subprocess), as recorded with a build."""
+    try:
+        proc = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
+        lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError):
+        lines = []
+    return f"{' '.join(cc)}: {lines[0] if lines else 'no --version'}"
+
+
+def _compile(cc: List[str], target: str, identity: str) -> Kernel:
+    """Compile to a temporary name in ``target``'s folder, load and probe that file, record its
+    digest, then rename it to ``target``: concurrent builds (one per rank of a launch) never see
+    a half-written or unverified library."""
     handle, partial = tempfile.mkstemp(prefix=".fp16round-", suffix=".so", dir=os.path.dirname(target))
     os.close(handle)
     try:
         proc = subprocess.run([*cc, *_FLAGS, "-o", partial, SOURCE], capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise BuildError(f"{' '.join(cc)} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+        os.chmod(partial, 0o755)  # whatever the umask: writable by this user only
+        kernel = _load(partial)
+        trust.write_record(partial, {**build_description(), "compiler": identity}, trust.record_path(target))
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
+    return kernel
 
 
-def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Rounder, str]:
-    """Load the kernel cached in ``folder``, building it first (with ``cc``) if it is absent or
-    damaged."""
+def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
+    """The kernel cached in ``folder`` once it is verified (:mod:`.trust`), else built there once
+    (with ``cc``); returns it and the library's path (and why it was built again).
+
+    Raises:
+        UntrustedError: someone else could write into ``folder``: nothing in it is opened.
+        BuildError, OSError: it cannot be built there (the message says why).
+    """
+    folder = os.path.realpath(folder)
+    if os.path.isdir(folder):
+        trust.check_folder(folder)
     target = os.path.join(folder, library_name())
-    if os.path.exists(target):
+    identity = None if cc is None else compiler_identity(cc)
+    stale = None
+    if os.path.lexists(target):
         try:
+            trust.verify(target, build_description(), identity)
             return _load(target), target
-        except OSError as exc:  # a file cut short (full disk, killed build): build it again
-            if cc is None:
-                raise BuildError(f"{target} does not load ({exc}) and {NO_COMPILER}") from None
-            os.remove(target)
-    if cc is None:
-        raise BuildError(NO_COMPILER)
+        except UnsupportedCPUError:
+            raise
+        except _LOAD_FAILURES as exc:  # cut short, damaged, foreign, built otherwise: build it again
+            stale = f"{target} was not loaded: {exc}"
+    if cc is None or identity is None:
+        raise BuildError(f"{stale}, and {NO_COMPILER}" if stale else NO_COMPILER)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    _compile(cc, target)
-    return _load(target), target
+    trust.check_folder(folder)  # made just now: its parents decide
+    try:
+        kernel = _compile(cc, target, identity)
+    except _FAILURES as exc:
+        if stale is None:
+            raise
+        raise BuildError(f"{stale}; building it again failed: {exc}") from None
+    return kernel, target if stale is None else f"{target} (built again: {stale})"
 
 
 def _probe() -> Tuple[List[float], List[float]]:
@@ -143,27 +210,31 @@ def _probe() -> Tuple[List[float], List[float]]:
     return values.tolist(), expected.tolist()
 
 
-def _load(path: str) -> Rounder:
+def _load(path: str) -> Kernel:
+    """``ctypes.CDLL(path)`` (its constructors run now: callers verify it first), every function
+    of :data:`SYMBOLS` bound, and the rounding probed against numpy.
+
+    Raises:
+        OSError: not a loadable library. AttributeError: a function is missing.
+        UnsupportedCPUError: no F16C on this CPU. BuildError: the probe came out wrong.
+    """
     lib = ctypes.CDLL(path)
-    lib.pae_fp16_supported.restype = ctypes.c_int
-    lib.pae_fp16_supported.argtypes = []
-    rounder = lib.pae_round_fp16
-    rounder.restype = ctypes.c_int
-    rounder.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    if not lib.pae_fp16_supported():
-        raise BuildError("this CPU has no F16C instructions")
+    kernel: Kernel = {}
+    for name, (restype, argtypes) in SYMBOLS.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+        kernel[name] = function
+    if not kernel["pae_fp16_supported"]():
+        raise UnsupportedCPUError("this CPU has no F16C instructions")
     values, expected = _probe()
     buffer = (ctypes.c_float * len(values))(*values)
-    rounder(ctypes.addressof(buffer), ctypes.addressof(buffer), len(values))
+    kernel["pae_round_fp16"](ctypes.addressof(buffer), ctypes.addressof(buffer), len(values))
     if list(buffer) != expected:
         raise BuildError(f"the built kernel rounded a probe wrongly: {list(buffer)} != {expected}")
-    return rounder
+    return kernel
 
 
-_FAILURES = (BuildError, OSError, subprocess.SubprocessError)
-
-
-def _build() -> Tuple[Optional[Rounder], str]:
+def _build() -> Tuple[Optional[Kernel], str]:
     switch = os.environ.get(ENV_SWITCH, "").strip().lower()
     if switch in _OFF:
         return None, f"turned off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
@@ -175,18 +246,29 @@ def _build() -> Tuple[Optional[Rounder], str]:
     cc = compiler()
     try:
         return _build_in(cc, cache_dir())
+    except UnsupportedCPUError as exc:
+        return None, str(exc)
+    except trust.UntrustedError as exc:
+        failure = where = f"{exc}: a library there could have been planted, so nothing in it is loaded"
+        warn_once(f"native-untrusted:{cache_dir()}", "fp16 rehearsal kernel cache: %s; %s. Set %s to a "
+                  "folder only you can write.", failure, "building in a private temporary folder"
+                  if cc is not None else "no C compiler to build elsewhere", ENV_CACHE)
+        if cc is None:
+            return None, f"{failure}, and {NO_COMPILER}"
     except _FAILURES as exc:
-        failure = str(exc)
-    if cc is None:
-        return None, failure
-    # A folder not writable, a full disk, a library that does not load: once more in a private
-    # temporary folder (maybe another file system), removed after loading (the mapping stays).
+        failure, where = str(exc), f"{cache_dir()}: {exc}"
+        if cc is None:
+            return None, failure
+    # A folder not writable or not ours, a full disk: once more in a private temporary folder
+    # (maybe another file system), removed after loading (the mapping stays).
     logger.debug("building in %s failed (%s); building in a temporary folder", cache_dir(), failure)
     folder = None
     try:
-        folder = tempfile.mkdtemp(prefix="paddle_amp_ext-")
-        rounder, _ = _build_in(cc, folder)
-        return rounder, f"built in a temporary folder ({cache_dir()}: {failure})"
+        folder = trust.private_folder()
+        kernel, _ = _build_in(cc, folder)
+        return kernel, f"built in a temporary folder ({where})"
+    except UnsupportedCPUError as exc:
+        return None, str(exc)
     except _FAILURES as exc:
         return None, failure if str(exc) == failure else f"{failure}; in a temporary folder: {exc}"
     finally:
@@ -195,23 +277,25 @@ def _build() -> Tuple[Optional[Rounder], str]:
 
 
 @functools.cache
-def _result() -> Tuple[Optional[Rounder], str]:
-    rounder, detail = _build()
-    if rounder is None:
+def _result() -> Tuple[Optional[Kernel], str]:
+    kernel, detail = _build()
+    if kernel is None:
         logger.info("fp16 rehearsal: the one-pass rounding kernel is not used (%s); Paddle's "
                     "kernels round exactly, about 7x slower per tensor.", detail)
-    return rounder, detail
+    return kernel, detail
 
 
 def fp16_rounder() -> Optional[Rounder]:
-    """The loaded kernel (built on the first call in a process), or None where it cannot be had."""
-    return _result()[0]
+    """The loaded kernel (built or verified and loaded on the first call in a process), or None
+    where it cannot be had."""
+    kernel = _result()[0]
+    return None if kernel is None else kernel["pae_round_fp16"]
 
 
 def status() -> NativeStatus:
     """Whether :func:`fp16_rounder` gives a kernel, and the library's path or the reason it does not."""
-    rounder, detail = _result()
-    return NativeStatus(rounder is not None, detail)
+    kernel, detail = _result()
+    return NativeStatus(kernel is not None, detail)
 
 
 def reset() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from typing import Any, List, Optional, Sequence
 
 OK, FOUND, USAGE, SCRIPT_FAILED = 0, 1, 2, 3
@@ -50,6 +51,16 @@ def emit(data: Any, text: str, as_json: bool) -> None:
     print(json.dumps(data, indent=2) if as_json else text, flush=True)
 
 
+def report_script_end(error: Optional[BaseException], exit_message: Optional[str]) -> None:
+    """Print on stderr what ``python script.py`` prints as the script ends: the traceback of the
+    exception it raised, or the message of its ``sys.exit(obj)`` (``sys.exit("no data")``
+    prints ``no data``, ``sys.exit(3.5)`` prints ``3.5``); nothing for a normal end."""
+    if error is not None:
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+    elif exit_message is not None:
+        print(exit_message, file=sys.stderr, flush=True)
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     try:
@@ -62,4 +73,4 @@ def positive_float(text: str) -> float:
 
 
 __all__: List[str] = ["FOUND", "OK", "SCRIPT_FAILED", "USAGE", "UsageError", "emit", "fail", "parse",
-                      "positive_float"]
+                      "positive_float", "report_script_end"]

@@ -3,17 +3,17 @@
 Also ``paddle-amp-doctor``. Exit codes (see :mod:`paddle_amp_ext.cli`): 0 every watched value fit and the script ended
 normally, 1 an overflow was found, 2 usage error (bad flag, missing script, a directory),
 3 the script failed on its own (an exception or a non-zero ``sys.exit``) and no overflow was
-found. The report is printed however the script ended.
+found (``--advise``: before its first model call). The report is printed however the script
+ended, after what Python would print for it (a traceback, a ``sys.exit("message")``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from typing import List, Optional
 
-from . import FOUND, OK, SCRIPT_FAILED, UsageError, emit, fail, parse, positive_float
+from . import FOUND, OK, SCRIPT_FAILED, UsageError, emit, fail, parse, positive_float, report_script_end
 
 PROG = "python -m paddle_amp_ext.doctor"
 
@@ -51,8 +51,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         run = run_script(args.script, args.args, args.dtype, args.loss_scale)
     except FileNotFoundError as exc:
         return fail(PROG, str(exc))
-    if run.error is not None:
-        traceback.print_exception(type(run.error), run.error, run.error.__traceback__, file=sys.stderr)
+    report_script_end(run.error, run.exit_message)
     report = run.report
     code = FOUND if report else (OK if run.exit_code == 0 else SCRIPT_FAILED)
     culprit = report.culprit
@@ -65,6 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "direction": culprit.direction, "max_abs": culprit.max_abs, "fixes": culprit.fixes(report.dtype)},
         "script_exit_code": run.exit_code,
         "script_error": None if run.error is None else repr(run.error),
+        "script_exit_message": run.exit_message,
         "exit_code": code,
     }
     ended = ("stopped by the doctor" if run.exit_code is None else
@@ -77,13 +77,21 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _advise(args: argparse.Namespace) -> int:
     from ..rehearsal.advisor import advise
     from ..rehearsal.script import capture_first_call
+    from ..scripting import ScriptEnd
 
     try:
         call = capture_first_call(args.script, args.args)
     except FileNotFoundError as exc:
         return fail(PROG, str(exc))
-    if call is None:
-        return fail(PROG, f"{args.script} ended without calling a paddle.nn.Layer: nothing to advise on.")
+    if isinstance(call, ScriptEnd):
+        report_script_end(call.error, call.exit_message)
+        if call.error is None and call.exit_code == 0:
+            return fail(PROG, f"{args.script} ended without calling a paddle.nn.Layer: nothing to advise on.")
+        how = (f"raised {type(call.error).__name__}" if call.error is not None
+               else f"exited with code {call.exit_code}")
+        print(f"{PROG}: {args.script} {how} before its first model call: nothing to advise on "
+              f"(exit code {SCRIPT_FAILED}).", file=sys.stderr, flush=True)
+        return SCRIPT_FAILED
     model, inputs, kwargs = call
     if kwargs:
         return fail(PROG, f"the script's first model call passes keyword inputs {sorted(kwargs)}: call "

@@ -16,10 +16,9 @@ import argparse
 import contextlib
 import json
 import sys
-import traceback
 from typing import Any, Dict, List, Optional
 
-from . import UsageError, fail, parse
+from . import UsageError, fail, parse, report_script_end
 
 PROG = "python -m paddle_amp_ext.run"
 
@@ -92,8 +91,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             stack.enter_context(rehearse(args.emulate, config=config))
         end = run_as_main(args.script, args.args)
-    if end.error is not None:
-        traceback.print_exception(type(end.error), end.error, end.error.__traceback__, file=sys.stderr)
+    report_script_end(end.error, end.exit_message)
     summary = {"script": args.script, "exit_code": end.exit_code, "scalers": [s.to_dict() for s in summaries]}
     if args.json:
         print(json.dumps(summary), flush=True)

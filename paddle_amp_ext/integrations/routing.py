@@ -31,16 +31,23 @@ ROUTED_NAMES = ("GradScaler", "AmpScaler", "auto_cast", "amp_guard", "decorate",
 _SCALER_EXTRAS = ("min_loss_scaling", "max_loss_scaling", "hysteresis", "max_consecutive_skips", "on_collapse")
 
 _lock = threading.Lock()
-_stack: List[Routing] = []
+_active: List[Routing] = []  # every routing not yet undone, oldest first
+_saved: Dict[str, Any] = {}  # what paddle.amp held before the first of them
 
 
 class Routing:
     """One active routing: the config it applies and the scalers built while it is active.
 
+    Routings may overlap in any order, in one thread or many: ``paddle.amp`` stays routed while
+    any is active and is restored when the last is undone. A call through ``paddle.amp`` uses
+    the calling thread's innermost routing, else (a thread started inside a ``routed`` block)
+    the one entered last.
+
     Attributes:
         config: the :class:`AmpConfig` whose op lists, dtype, level and scaler extras fill in
             what the caller leaves at Paddle's defaults (explicit arguments win), or None.
-        scalers: every GradScaler built through ``paddle.amp`` while routed (weakly held).
+        scalers: every GradScaler built through ``paddle.amp`` under this routing (weakly held).
+        replacements: what ``paddle.amp``'s names are while routed (the same for every routing).
     """
 
     def __init__(self, config: Optional[AmpConfig], on_scaler: Optional[Callable[[Any], Any]]) -> None:
@@ -51,8 +58,8 @@ class Routing:
         self.config = config
         self._on_scaler = on_scaler
         self._scalers: List[weakref.ref] = []
-        self._saved: Dict[str, Any] = {}
-        self.replacements = self._build()
+        self._thread = threading.get_ident()
+        self.replacements = REPLACEMENTS
 
     @property
     def scalers(self) -> List[Any]:
@@ -80,59 +87,19 @@ class Routing:
                 kwargs["dtype"] = cfg.dtype
         return kwargs
 
-    def _build(self) -> Dict[str, Any]:
-        routing = self
-        names = ("enable", "custom_white_list", "custom_black_list", "level", "dtype", "use_promote")
-
-        class GradScaler(scaler.GradScaler):
-            """``paddle_amp_ext.GradScaler``, as ``paddle.amp.GradScaler`` while routed."""
-
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **routing._scaler_kwargs(kwargs))
-                routing._built(self)
-
-        class AmpScaler(legacy.AmpScaler):
-            """``paddle_amp_ext.AmpScaler``, as ``paddle.amp.AmpScaler`` while routed."""
-
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **routing._scaler_kwargs(kwargs))
-                routing._built(self)
-
-        def auto_cast(*args: Any, **kwargs: Any) -> Any:
-            kwargs.update(zip(names, args))
-            return autocast.auto_cast(**routing._cast_kwargs(kwargs))
-
-        def decorate(*args: Any, **kwargs: Any) -> Any:
-            return autocast.decorate(*args, **kwargs)
-
-        for replacement, original in ((GradScaler, scaler.GradScaler), (AmpScaler, legacy.AmpScaler)):
-            replacement.__module__, replacement.__qualname__ = original.__module__, original.__qualname__
-        for fn, original in ((auto_cast, autocast.auto_cast), (decorate, autocast.decorate)):
-            fn.__doc__, fn.__name__ = original.__doc__, original.__name__
-            fn.__wrapped__ = original  # type: ignore[attr-defined]  # inspect.signature shows Paddle's
-        return {"GradScaler": GradScaler, "AmpScaler": AmpScaler, "auto_cast": auto_cast, "amp_guard": auto_cast,
-                "decorate": decorate, "amp_decorate": decorate}
-
-    # ------------------------------------------------------------------ install / undo
-    def _install(self) -> None:
-        for name in ROUTED_NAMES:
-            self._saved[name] = getattr(paddle.amp, name, None)
-            setattr(paddle.amp, name, self.replacements[name])
-
-    def _restore(self) -> None:
-        for name, value in self._saved.items():
-            if value is None:
-                delattr(paddle.amp, name)
-            else:
-                setattr(paddle.amp, name, value)
-
     def undo(self) -> None:
-        """Restore what ``paddle.amp`` held before this routing (the innermost one only)."""
+        """End this routing; ``paddle.amp`` gets back what it held once no routing is active.
+
+        Raises:
+            RuntimeError: this routing was undone already.
+        """
         with _lock:
-            if not _stack or _stack[-1] is not self:
-                raise RuntimeError("Only the innermost routing can be undone: undo routings in reverse order.")
-            _stack.pop()
-            self._restore()
+            if not any(active is self for active in _active):
+                raise RuntimeError("This routing was undone already (a second undo(), or unroute() after the "
+                                   "`with routed()` block ended it): undo each routing once.")
+            _active[:] = [active for active in _active if active is not self]
+            if not _active:
+                _restore()
 
     def __enter__(self) -> Routing:
         return self
@@ -141,8 +108,79 @@ class Routing:
         self.undo()
 
 
+def _current() -> Optional[Routing]:
+    """The calling thread's innermost active routing, else the one entered last, else None."""
+    with _lock:
+        mine = [active for active in _active if active._thread == threading.get_ident()]
+        return (mine or _active or [None])[-1]
+
+
+_CAST_NAMES = ("enable", "custom_white_list", "custom_black_list", "level", "dtype", "use_promote")
+
+
+def _build_scaler(new: Any, init: Callable[..., None], args: tuple, kwargs: Dict[str, Any]) -> None:
+    routing = _current()  # None: the class was kept and called after the last undo
+    init(*args, **(kwargs if routing is None else routing._scaler_kwargs(kwargs)))
+    if routing is not None:
+        routing._built(new)
+
+
+class _GradScaler(scaler.GradScaler):
+    """``paddle_amp_ext.GradScaler``, as ``paddle.amp.GradScaler`` while routed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _build_scaler(self, super().__init__, args, kwargs)
+
+
+class _AmpScaler(legacy.AmpScaler):
+    """``paddle_amp_ext.AmpScaler``, as ``paddle.amp.AmpScaler`` while routed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _build_scaler(self, super().__init__, args, kwargs)
+
+
+def _auto_cast(*args: Any, **kwargs: Any) -> Any:
+    kwargs.update(zip(_CAST_NAMES, args))
+    routing = _current()
+    return autocast.auto_cast(**(kwargs if routing is None else routing._cast_kwargs(kwargs)))
+
+
+def _decorate(*args: Any, **kwargs: Any) -> Any:
+    return autocast.decorate(*args, **kwargs)
+
+
+for _replacement, _original in ((_GradScaler, scaler.GradScaler), (_AmpScaler, legacy.AmpScaler)):
+    _replacement.__module__, _replacement.__qualname__ = _original.__module__, _original.__qualname__
+    _replacement.__name__ = _original.__name__
+for _fn, _original in ((_auto_cast, autocast.auto_cast), (_decorate, autocast.decorate)):
+    _fn.__doc__, _fn.__name__ = _original.__doc__, _original.__name__
+    _fn.__wrapped__ = _original  # type: ignore[attr-defined]  # inspect.signature shows Paddle's
+
+#: What ``paddle.amp``'s names are while any routing is active.
+REPLACEMENTS: Dict[str, Any] = {"GradScaler": _GradScaler, "AmpScaler": _AmpScaler, "auto_cast": _auto_cast,
+                                "amp_guard": _auto_cast, "decorate": _decorate, "amp_decorate": _decorate}
+
+
+def _install() -> None:
+    for name in ROUTED_NAMES:
+        _saved[name] = getattr(paddle.amp, name, None)
+        setattr(paddle.amp, name, REPLACEMENTS[name])
+
+
+def _restore() -> None:
+    for name, value in _saved.items():
+        if value is None:
+            delattr(paddle.amp, name)
+        else:
+            setattr(paddle.amp, name, value)
+    _saved.clear()
+
+
 def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[Any], Any]] = None) -> Routing:
     """Make ``paddle.amp.GradScaler``, ``auto_cast`` and ``decorate`` be this package's; reversible.
+
+    Safe across threads: each routing counts, and ``paddle.amp`` is restored when the last one
+    is undone, in whatever order (see :class:`Routing` for which config a call uses).
 
     Args:
         config: an :class:`AmpConfig` filling in op lists, dtype and scaler extras
@@ -150,7 +188,7 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
         on_scaler: called with every GradScaler built while routed (e.g. to add hooks).
 
     Returns:
-        The :class:`Routing`; ``routing.undo()`` (or :func:`unroute`) restores ``paddle.amp``.
+        The :class:`Routing`; ``routing.undo()`` (or :func:`unroute`) ends it.
 
     Example:
         >>> routing = route()  # doctest: +SKIP
@@ -158,22 +196,22 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
     """
     routing = Routing(config, on_scaler)
     with _lock:
-        routing._install()
-        _stack.append(routing)
+        if not _active:
+            _install()
+        _active.append(routing)
     return routing
 
 
 def unroute() -> None:
-    """Undo the innermost :func:`route` (nothing to do when none is active)."""
+    """Undo the calling thread's innermost :func:`route`, else the last one (nothing to do when none is active)."""
     current = active_routing()
     if current is not None:
         current.undo()
 
 
 def active_routing() -> Optional[Routing]:
-    """The innermost active routing, or None."""
-    with _lock:
-        return _stack[-1] if _stack else None
+    """The routing a ``paddle.amp`` call from this thread uses now (see :class:`Routing`), or None."""
+    return _current()
 
 
 @contextlib.contextmanager

@@ -165,9 +165,13 @@ def advise(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = N
         places = _places(float32, rehearsed)
         backward = [p.max_abs for p in places if p.direction == "backward" and math.isfinite(p.max_abs)]
         scale = _loss_scale(max([grads[1], *backward]), limit) if loss_fn is not None else 2.0**16
-        layers, notes = _too_big(places, limit, root=type(model).__name__)
+        root = type(model).__name__
+        layers, notes = _too_big(places, limit, root=root)
         proposal, clean = dtype, False
-        if dtype == "float16" and type(model).__name__ in layers:  # keeping the whole model is no AMP at all
+        whole = root in layers  # keeping the whole model is no AMP at all (and no fp32_layers name)
+        if whole:
+            layers.remove(root)
+        if dtype == "float16" and whole:
             notes.append("the model's own computation does not fit float16: use bfloat16 (CC >= 8.0).")
             proposal, layers = "bfloat16", []
         for _ in range(3):  # check the proposal by rehearsing with it; widen it when needed
@@ -175,7 +179,7 @@ def advise(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = N
             clean, more = _rehearse_clean(model, inputs, loss_fn, config, scale if proposal == "float16" else 1.0)
             if clean:
                 break
-            if more and proposal == "float16":
+            if more and proposal == "float16" and root not in more:
                 layers = sorted(set(layers) | set(more))
                 continue
             if proposal == "float16":

@@ -60,7 +60,9 @@ class Finding:
         return cls(name, kind, ops, direction, float(max_abs), op)
 
     def fixes(self, dtype: str) -> List[str]:
-        out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"] if self.layer else []
+        # a layer labelled by its class is the model itself: keeping all of it would be no AMP at all
+        whole = self.layer == self.layer_type
+        out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"] if self.layer and not whole else []
         if self.ops:
             out.append(f"black-list its op: auto_cast(custom_black_list={list(self.ops[:1])!r})")
         if dtype == "float16":

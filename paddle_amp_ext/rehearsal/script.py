@@ -10,12 +10,12 @@ so this is a diagnostic run, not a training run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Union
 
 import numpy as np
 import paddle
 
-from ..scripting import check_script, run_as_main
+from ..scripting import ScriptEnd, check_script, run_as_main
 from . import ops
 from .doctor import LIMITS, Finding, OverflowReport
 
@@ -107,11 +107,14 @@ class ScriptRun:
         exit_code: the script's own exit code (``sys.exit(n)``; 0 when it returned normally,
             1 when it raised), None when the doctor stopped it at an overflow.
         error: the exception the script raised (not SystemExit), or None.
+        exit_message: what Python prints for the script's ``sys.exit(obj)`` (see
+            :class:`~paddle_amp_ext.scripting.ScriptEnd`), or None.
     """
 
     report: OverflowReport
     exit_code: Optional[int]
     error: Optional[BaseException] = None
+    exit_message: Optional[str] = None
 
 
 def run_script(path: str, argv: List[str], dtype: str = "float16", loss_scale: float = 1.0) -> ScriptRun:
@@ -129,18 +132,20 @@ def run_script(path: str, argv: List[str], dtype: str = "float16", loss_scale: f
     original = paddle.nn.Layer.__call__
     paddle.nn.Layer.__call__ = watch.wrap(original)
     ops.acquire()
-    code: Optional[int]
+    end: Optional[ScriptEnd] = None
     try:
         with ops.observe(watch.on_op):
             end = run_as_main(path, argv)
-        code, error = end.exit_code, end.error
     except _OverflowFoundError as stop:
-        watch.pending, code, error = stop.finding, None, None
+        watch.pending = stop.finding
     finally:
         ops.release()
         paddle.nn.Layer.__call__ = original
     found = (watch.pending,) if watch.pending is not None else ()
-    return ScriptRun(OverflowReport(dtype, LIMITS[dtype], found), code, error)
+    report = OverflowReport(dtype, LIMITS[dtype], found)
+    if end is None:
+        return ScriptRun(report, None)
+    return ScriptRun(report, end.exit_code, end.error, end.exit_message)
 
 
 class _Captured(BaseException):
@@ -149,9 +154,10 @@ class _Captured(BaseException):
         self.call = (layer, args, kwargs)
 
 
-def capture_first_call(path: str, argv: List[str]) -> Optional[tuple]:
-    """Run a script until its first top-level layer call; return (model, args, kwargs), or None
-    when the script ends without calling a layer. The script stops there.
+def capture_first_call(path: str, argv: List[str]) -> Union[tuple, ScriptEnd]:
+    """Run a script until its first top-level layer call; return (model, args, kwargs), or how
+    the script ended (its error or exit) when it ends without calling a layer. The script
+    stops there.
 
     Raises:
         FileNotFoundError: ``path`` is not a file.
@@ -164,9 +170,8 @@ def capture_first_call(path: str, argv: List[str]) -> Optional[tuple]:
 
     paddle.nn.Layer.__call__ = __call__
     try:
-        run_as_main(path, argv)
+        return run_as_main(path, argv)
     except _Captured as captured:
         return captured.call
     finally:
         paddle.nn.Layer.__call__ = original
-    return None
