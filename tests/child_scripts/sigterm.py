@@ -65,6 +65,6 @@ elif WHEN == "training":
         one_step()
         print("step", step, flush=True)
 elif WHEN == "in_flush":
-    for step in range(120):
+    for _ in range(120):
         one_step()
     print("not ended by the signal", flush=True)
