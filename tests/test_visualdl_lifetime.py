@@ -249,3 +249,21 @@ def test_meta_record_is_byte_identical_to_visualdl():
     for wall in (0, 1, 1795988211313):
         data = meta_data(walltime=wall).SerializeToString()
         assert meta_record(wall) == struct.pack("<Q", len(data)) + data
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_never_writes_the_parents_buffered_steps(tmp_path):
+    hook = amp.VisualDLHook(tmp_path, run_name="", flush_every=50)
+    log_steps(hook, range(3))
+    pid = os.fork()
+    if pid == 0:  # a DataLoader worker ending: at exit, or by SIGTERM, as workers are stopped
+        from paddle_amp_ext.visualdl import shutdown
+
+        shutdown.close_all()
+        os.kill(os.getpid(), signal.SIGTERM)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, "the child still ends by the signal"
+    hook.close()
+    (path,) = glob.glob(os.path.join(tmp_path, "vdlrecords.*"))
+    assert [d.id for d in LogReader(file_path=path).get_data("scalar", "amp/loss")] == [0, 1, 2]

@@ -13,6 +13,7 @@
   signal` is detected by the operating system" and dies of the signal, status 143), which
   ``signal.getsignal`` does not see (it reports SIG_DFL): it is saved and put back with libc's
   ``sigaction``, copied as opaque bytes. A SIGTERM that is ignored is left alone.
+- A forked child (a DataLoader worker) starts with an empty registry.
 - :func:`exclusive` runs flushes and closes one at a time across threads. One that re-enters
   in the thread already running one (the SIGTERM handler, or a garbage-collected hook's
   finalizer, run in the middle of a flush) is run right after it, so no batch is cut in half.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import os
 import signal
 import threading
 from functools import partial
@@ -41,6 +43,19 @@ _previous: Optional[Tuple[Any, Any]] = None  # (Python's view of the old handler
 
 #: bytes copied for a C-level ``struct sigaction`` (152 on Linux x86_64 and aarch64, 16 on macOS)
 _SIGACTION_BYTES = 512
+
+
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker) holds no writer: its exit or SIGTERM never writes
+    the parent's buffered steps a second time, and a lock another thread held at the fork is new."""
+    global _lock, _busy
+    _lock, _busy = threading.RLock(), False
+    _queued.clear()
+    _open.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def exclusive(fn: Callable[[], None]) -> None:
