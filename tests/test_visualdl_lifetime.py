@@ -260,6 +260,7 @@ def test_a_forked_child_never_writes_the_parents_buffered_steps(tmp_path):
         from paddle_amp_ext.visualdl import shutdown
 
         shutdown.close_all()
+        hook.close()  # its copy of the writer, too, leaves the parent's steps to the parent
         os.kill(os.getpid(), signal.SIGTERM)
         os._exit(0)
     _, status = os.waitpid(pid, 0)

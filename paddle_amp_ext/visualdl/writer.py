@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 import weakref
 from typing import Any, List, Tuple
@@ -56,6 +57,7 @@ class BatchedWriter:
         self._backlog: List[bytes] = []  # encoded steps a failed write left, oldest first
         self.dropped = 0  # steps given up on (backlog over its bound, or unwritten at close)
         self.closed = False
+        self._pid = os.getpid()  # a forked child's copy never writes (the parent writes these steps)
         shutdown.register(self)
 
     @property
@@ -89,7 +91,7 @@ class BatchedWriter:
         once, the encoded steps are kept (at most :attr:`MAX_BACKLOG`, oldest dropped first) and
         written at the next flush; what could not be written is reported at close.
         """
-        if self.closed:
+        if self.closed or os.getpid() != self._pid:
             return
         self._due = time.monotonic() + self.flush_secs
         count = len(self._pending)  # a step another thread adds meanwhile waits for the next flush
