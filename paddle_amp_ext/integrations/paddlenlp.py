@@ -22,6 +22,8 @@ from paddlenlp.trainer import TrainerCallback
 
 from .._log import warn_once
 from ..scaler import GradScaler
+from ..visualdl import VisualDLHook
+from ..visualdl.writer import check_flush_bounds
 
 
 class AmpCallback(TrainerCallback):
@@ -30,11 +32,14 @@ class AmpCallback(TrainerCallback):
     Args:
         logdir: where the hook writes its run directory; default the Trainer's
             ``args.logging_dir`` (beside the Trainer's own VisualDL records).
-        flush_every: the hook's ``flush_every``.
+        flush_every, flush_secs: the hook's write bounds (after this many steps or seconds).
+
+    The hook logs every :data:`paddle_amp_ext.visualdl.TAGS` tag, ``amp/loss_scale`` included.
     """
 
-    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50) -> None:
-        self.logdir, self.flush_every = logdir, flush_every
+    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 30.0) -> None:
+        check_flush_bounds(flush_every, flush_secs)
+        self.logdir, self.flush_every, self.flush_secs = logdir, flush_every, flush_secs
         self.hook: Any = None
         self._scaler: Any = None
 
@@ -45,12 +50,11 @@ class AmpCallback(TrainerCallback):
             warn_once("paddlenlp:not-routed", "AmpCallback: the Trainer's scaler is Paddle's %s, so no AMP tags are "
                       "logged: call paddle_amp_ext.route() before importing paddlenlp.trainer.", type(scaler).__name__)
             return
-        from ..visualdl import VisualDLHook
-
         if self.hook is not None:
             self.hook.close()
         self._scaler = scaler
-        self.hook = scaler.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every))
+        self.hook = scaler.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every,
+                                                 flush_secs=self.flush_secs))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.hook is not None:
