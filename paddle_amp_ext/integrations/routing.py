@@ -5,7 +5,9 @@ Toolkits (PaddleNLP's Trainer, hapi's ``Model.fit``, the suites' ``tools/train.p
 by attribute. While routed, those attributes (and ``amp_guard``, ``amp_decorate``, ``AmpScaler``)
 are this package's: validated op lists, the compute-capability gate, the non-finite guard,
 collapse detection and hooks, with no edit to the toolkit. Code that imported the names before
-routing (``from paddle.amp import GradScaler`` at import time) keeps Paddle's.
+routing (``from paddle.amp import GradScaler`` at import time) keeps Paddle's. A routing's config
+applies to those calls as :mod:`.overrides` says: every key it sets (``config.given``) is applied,
+``fp32_layers`` too.
 
 Example:
     >>> import paddle_amp_ext as amp
@@ -24,11 +26,10 @@ import paddle
 
 from .. import autocast, legacy, scaler
 from ..config import AmpConfig
+from . import overrides
 
 #: The ``paddle.amp`` attributes routing replaces.
 ROUTED_NAMES = ("GradScaler", "AmpScaler", "auto_cast", "amp_guard", "decorate", "amp_decorate")
-#: Our GradScaler keywords a config fills in when the caller did not pass them.
-_SCALER_EXTRAS = ("min_loss_scaling", "max_loss_scaling", "hysteresis", "max_consecutive_skips", "on_collapse")
 
 _lock = threading.Lock()
 _stack: List[Routing] = []
@@ -38,8 +39,9 @@ class Routing:
     """One active routing: the config it applies and the scalers built while it is active.
 
     Attributes:
-        config: the :class:`AmpConfig` whose op lists, dtype, level and scaler extras fill in
-            what the caller leaves at Paddle's defaults (explicit arguments win), or None.
+        config: the :class:`AmpConfig` applied to the calls (:mod:`.overrides`: the keys it
+            sets replace the caller's arguments, op lists are merged, ``fp32_layers`` are kept
+            in float32), or None.
         scalers: every GradScaler built through ``paddle.amp`` while routed (weakly held).
     """
 
@@ -52,6 +54,8 @@ class Routing:
         self._on_scaler = on_scaler
         self._scalers: List[weakref.ref] = []
         self._saved: Dict[str, Any] = {}
+        self._first_call = overrides.FirstCall(config.fp32_layers) if config is not None and config.fp32_layers \
+            else None
         self.replacements = self._build()
 
     @property
@@ -63,47 +67,34 @@ class Routing:
         if self._on_scaler is not None:
             self._on_scaler(new)
 
-    def _scaler_kwargs(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        if self.config is not None:
-            for key in _SCALER_EXTRAS:
-                kwargs.setdefault(key, getattr(self.config, key))
-        return kwargs
-
-    def _cast_kwargs(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        cfg = self.config
-        if cfg is not None:
-            if kwargs.get("custom_white_list") is None and cfg.custom_white_list:
-                kwargs["custom_white_list"] = cfg.custom_white_list
-            if kwargs.get("custom_black_list") is None and cfg.custom_black_list:
-                kwargs["custom_black_list"] = cfg.custom_black_list
-            if kwargs.get("dtype", "float16") == "float16":
-                kwargs["dtype"] = cfg.dtype
+    def _decorate_kwargs(self, args: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        kwargs = overrides.decorate_kwargs(self.config, args, kwargs)
+        if self._first_call is not None:
+            self._first_call.done = True  # the models are known: the first call's guess is not needed
         return kwargs
 
     def _build(self) -> Dict[str, Any]:
-        routing = self
-        names = ("enable", "custom_white_list", "custom_black_list", "level", "dtype", "use_promote")
+        routing, config = self, self.config
 
         class GradScaler(scaler.GradScaler):
             """``paddle_amp_ext.GradScaler``, as ``paddle.amp.GradScaler`` while routed."""
 
             def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **routing._scaler_kwargs(kwargs))
+                super().__init__(**overrides.scaler_kwargs(config, args, kwargs))
                 routing._built(self)
 
         class AmpScaler(legacy.AmpScaler):
             """``paddle_amp_ext.AmpScaler``, as ``paddle.amp.AmpScaler`` while routed."""
 
             def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **routing._scaler_kwargs(kwargs))
+                super().__init__(**overrides.scaler_kwargs(config, args, kwargs))
                 routing._built(self)
 
         def auto_cast(*args: Any, **kwargs: Any) -> Any:
-            kwargs.update(zip(names, args))
-            return autocast.auto_cast(**routing._cast_kwargs(kwargs))
+            return autocast.auto_cast(**overrides.cast_kwargs(config, args, kwargs))
 
         def decorate(*args: Any, **kwargs: Any) -> Any:
-            return autocast.decorate(*args, **kwargs)
+            return autocast.decorate(**routing._decorate_kwargs(args, kwargs))
 
         for replacement, original in ((GradScaler, scaler.GradScaler), (AmpScaler, legacy.AmpScaler)):
             replacement.__module__, replacement.__qualname__ = original.__module__, original.__qualname__
@@ -118,8 +109,12 @@ class Routing:
         for name in ROUTED_NAMES:
             self._saved[name] = getattr(paddle.amp, name, None)
             setattr(paddle.amp, name, self.replacements[name])
+        if self._first_call is not None:
+            self._first_call.install()
 
     def _restore(self) -> None:
+        if self._first_call is not None:
+            self._first_call.uninstall()
         for name, value in self._saved.items():
             if value is None:
                 delattr(paddle.amp, name)
@@ -145,8 +140,9 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
     """Make ``paddle.amp.GradScaler``, ``auto_cast`` and ``decorate`` be this package's; reversible.
 
     Args:
-        config: an :class:`AmpConfig` filling in op lists, dtype and scaler extras
-            (``max_consecutive_skips``, bounds, ...) where the caller passes Paddle's defaults.
+        config: an :class:`AmpConfig` applied to the calls: every key it sets
+            (``config.given``) replaces the caller's argument (op lists merged, ``fp32_layers``
+            kept in float32; see :mod:`paddle_amp_ext.integrations.overrides`).
         on_scaler: called with every GradScaler built while routed (e.g. to add hooks).
 
     Returns:
