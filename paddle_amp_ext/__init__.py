@@ -31,6 +31,7 @@ from .device import probe
 from .errors import AmpOverflowError, AmpUnsupportedError
 from .events import StepEvent, StepResult
 from .gate import AmpDecision, DeviceInfo, decide
+from .guard import OptimizerGuard, guard_optimizer
 from .integrations import hapi_amp_configs, route, routed, unroute
 from .keep import keep_fp32
 from .legacy import AmpScaler, amp_decorate, amp_guard
@@ -71,6 +72,7 @@ __all__ = [
     "AmpUnsupportedError",
     "DeviceInfo",
     "GradScaler",
+    "OptimizerGuard",
     "OverflowWatch",
     "StepEvent",
     "StepResult",
@@ -86,6 +88,7 @@ __all__ = [
     "decorate",
     "find_overflow",
     "fp16_emulation",
+    "guard_optimizer",
     "hapi_amp_configs",
     "is_bfloat16_supported",
     "is_float16_supported",

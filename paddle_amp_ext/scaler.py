@@ -92,7 +92,9 @@ class GradScaler(PaddleGradScaler):
         on_collapse: ``"warn"`` (log once per collapse) or ``"raise"`` (``AmpOverflowError``).
         hooks: objects with ``on_step(event)`` (e.g. ``VisualDLHook``), see :meth:`add_hook`.
         config: an :class:`AmpConfig` supplying the scaler settings and ``enable``.
-        sync_found_inf: all-reduce found_inf across the data-parallel group (default True).
+        sync_found_inf: all-reduce found_inf across the data-parallel group, also the guard's
+            flag while loss scaling is off (default True): one small collective per step,
+            none in a single process.
 
     Raises:
         ValueError, TypeError: a bad setting, naming it.
@@ -254,11 +256,14 @@ class GradScaler(PaddleGradScaler):
         """
         if not self.is_enable():
             return
-        found = _compat.unscale(self, optimizer)
-        if self._sync_found_inf:
-            found = all_reduce_max(found)
+        found = self._agree(_compat.unscale(self, optimizer), optimizer)
         _compat.set_found_flags(self, found=found)
         self._found_by_opt[id(optimizer)] = found
+
+    def _agree(self, found: Any, optimizer: Any) -> Any:
+        """found_inf (a device flag or a Python number) as every rank sees it: the one place the
+        skip decision is reduced across ranks (a MAX all-reduce; none in a single process)."""
+        return all_reduce_max(found) if self._sync_found_inf else found
 
     def _skip(self, optimizer: Any) -> bool:
         stage = _compat.optimizer_stage(self, optimizer)
@@ -302,11 +307,11 @@ class GradScaler(PaddleGradScaler):
             if clip is not None:
                 norm = clip_grads_(params, clip)
             if not enabled and self._skip_nonfinite:
-                skipped, norm = self._nonfinite(params, norm, clip)
+                skipped, norm = self._nonfinite(optimizer, params, norm, clip)
             elif norm is None and self.record_grad_norm:
                 norm = global_norm(list(_compat.iter_grads(params)))
             if not skipped:
-                optimizer.step()
+                self._apply_step(optimizer)
                 self._last_lr = float(optimizer.get_lr())
         if enabled:
             _compat.mark_stepped(self, optimizer)
@@ -326,15 +331,19 @@ class GradScaler(PaddleGradScaler):
         self._plain_stepped.add(id(optimizer))
         return False
 
-    def _nonfinite(self, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any
+    def _apply_step(self, optimizer: Any) -> None:
+        """Apply the update (the optimizer guard applies the call it intercepted instead)."""
+        optimizer.step()
+
+    def _nonfinite(self, optimizer: Any, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any
                    ) -> Tuple[bool, Optional[paddle.Tensor]]:
-        """(whether any gradient is inf/nan, the norm it was judged by): one fused norm per
-        gradient and one host read; the clip's global norm is reused when it covered every one."""
+        """(whether any gradient is inf/nan on any rank, the norm it was judged by): one fused
+        norm per gradient and one host read; the clip's global norm is reused when it covered
+        every one."""
         if norm is None or not _covers_every_grad(params, clip):
             norm = global_norm(list(_compat.iter_grads(params)))
-        if norm is None:
-            return False, None
-        return not host_bool(paddle.isfinite(norm)), norm
+        found = False if norm is None else paddle.logical_not(paddle.isfinite(norm))
+        return host_bool(self._agree(found, optimizer)), norm
 
     def _close_step(self, skipped: bool) -> None:
         self._found_since_update = self._found_since_update or skipped
@@ -354,7 +363,7 @@ class GradScaler(PaddleGradScaler):
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
         if not enabled and self._skip_nonfinite:
-            skipped, norm = self._nonfinite(_compat.optimizer_parameters(optimizer), None, None)
+            skipped, norm = self._nonfinite(optimizer, _compat.optimizer_parameters(optimizer), None, None)
         elif self.record_grad_norm and not skipped:
             norm = global_norm(list(_compat.iter_grads(_compat.optimizer_parameters(optimizer))))
         out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)

@@ -8,14 +8,23 @@ code):
   registry, Paddle's global AMP state.
 - :mod:`.scaler`: ``paddle.amp.GradScaler`` internals (``_unscale``, the per-optimizer states,
   the flags Paddle programs read after ``step()``).
-- :mod:`.optimizer`: optimizer parameters, gradient tensors, fused norm kernels, hapi's scaler.
+- :mod:`.optimizer`: optimizer parameters, gradient tensors (``main_grad`` where set), the
+  method that applies an update, fused norm kernels, hapi's scaler.
 - :mod:`.kernels`: float16 rounding by ``paddle._C_ops`` kernels, or by the compiled one-pass
   kernel (:mod:`paddle_amp_ext._native`) through ``Tensor.data_ptr()``.
 """
 
 from __future__ import annotations
 
-from .optimizer import grad_of, hapi_scaler, iter_grads, multiply_inplace, optimizer_parameters, squared_l2_norm
+from .optimizer import (
+    applying_method,
+    grad_of,
+    hapi_scaler,
+    iter_grads,
+    multiply_inplace,
+    optimizer_parameters,
+    squared_l2_norm,
+)
 from .scaler import (
     init_scaler_state,
     mark_stepped,
@@ -51,6 +60,7 @@ from .tracer import (
 __all__ = [
     "PADDLE_VERSION",
     "amp_state_dtype",
+    "applying_method",
     "autocast_enabled",
     "default_op_lists",
     "gpu_amp_support",

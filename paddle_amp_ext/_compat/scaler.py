@@ -1,11 +1,16 @@
 """``paddle.amp.GradScaler`` internals.
 
-Relies on (checked against paddlepaddle 2.6.2 and 3.3.1): ``_unscale`` (the real
-``check_finite_and_unscale`` op and the per-optimizer READY/UNSCALED/STEPPED state), and the
-attributes it reads: ``_enable``, ``_scale``, ``_found_inf``,
-``_temp_found_inf_{value_false,fp16,bf16,fp32}``, ``_optimizer_states``. Paddle 2.6 builds none
+Relies on (checked against paddlepaddle 2.6.2 and 3.3.1): the attributes ``_unscale`` reads and
+writes: ``_enable``, ``_scale``, ``_found_inf``, ``_temp_found_inf_{value_false,fp16,bf16,fp32}``
+and ``_optimizer_states`` (the per-optimizer INIT/UNSCALED/STEPPED state). Paddle 2.6 builds none
 of them when the scaler is disabled (no bypass in its constructor), so :func:`init_scaler_state`
-builds them for both versions. After ``step()``/``minimize()`` Paddle sets a cached found_inf
+builds them for both versions. :func:`unscale` runs ``_unscale``'s own kernel,
+``_legacy_C_ops.check_finite_and_unscale`` (one launch per gradient dtype, OR-ed by
+``_C_ops.bitwise_or``), on the gradients :func:`.optimizer.grad_of` names (Paddle's ``_unscale``
+reads ``_grad_ivar()`` only, so it never sees a ``main_grad``). Fleet replaces ``_unscale`` on
+the scaler instance (``fleet.distributed_scaler``, ``GroupShardedScaler``, and
+``mix_precision_utils.MixPrecisionScaler``, which stores found_inf as a Python int and keeps no
+optimizer state); that replacement then runs instead. After ``step()``/``minimize()`` Paddle sets a cached found_inf
 flag that programs read to learn whether the optimizer ran (PaddleNLP's Trainer does): it is
 ``_cache_found_inf`` on 3.x and ``_cache_founf_inf`` (sic) on 2.6.
 """
@@ -13,9 +18,13 @@ flag that programs read to learn whether the optimizer ran (PaddleNLP's Trainer 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import paddle
+from paddle import _C_ops, _legacy_C_ops
+from paddle.amp.grad_scaler import OptimizerState, _refresh_optimizer_state
+
+from .optimizer import iter_grads, optimizer_parameters
 
 if TYPE_CHECKING:
     from paddle import Tensor
@@ -26,8 +35,6 @@ def init_scaler_state(scaler: Any, init_loss_scaling: float) -> None:
 
     Works on 2.6 (whose constructor builds nothing when disabled) and 3.x alike.
     """
-    from paddle.amp.grad_scaler import _refresh_optimizer_state
-
     def flag() -> Tensor:
         return paddle.to_tensor([False], dtype="bool")
 
@@ -59,13 +66,45 @@ def scaler_scale_tensor(scaler: Any) -> Tensor:
     return scaler._scale
 
 
-def unscale(scaler: Any, optimizer: Any) -> Tensor:
-    """Run Paddle's ``check_finite_and_unscale`` on the optimizer's grads; return found_inf.
+def unscale(scaler: Any, optimizer: Any) -> Any:
+    """Divide the optimizer's gradients by the scale in place; return found_inf.
 
-    Raises Paddle's RuntimeError when the optimizer was already unscaled or stepped.
+    The gradients are :func:`.optimizer.grad_of`'s (``main_grad`` where set), checked and divided
+    by Paddle's ``check_finite_and_unscale`` kernel; where fleet replaced ``_unscale`` on this
+    scaler, that runs instead. found_inf is a device flag, or the Python int fleet's
+    ``MixPrecisionScaler`` stores (it read the flag back to the host itself).
+
+    Raises:
+        RuntimeError: Paddle's message, when the optimizer was already unscaled or stepped
+            since the last update.
     """
-    scaler._unscale(optimizer)
+    state = scaler._optimizer_states[id(optimizer)]
+    if state["state"] is OptimizerState.UNSCALED:
+        raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
+    if state["state"] is OptimizerState.STEPPED:
+        raise RuntimeError("unscale_() is being called after step().")
+    if "_unscale" in vars(scaler):  # fleet's, bound to this instance
+        scaler._unscale(optimizer)
+    else:
+        scaler._found_inf = _check_finite_and_unscale(scaler, iter_grads(optimizer_parameters(optimizer)))
+    state["state"] = OptimizerState.UNSCALED
     return scaler._found_inf
+
+
+_TEMP_FLAG = {paddle.float16: "_temp_found_inf_fp16", paddle.bfloat16: "_temp_found_inf_bf16"}
+
+
+def _check_finite_and_unscale(scaler: Any, grads: Iterable[Tensor]) -> Tensor:
+    """Paddle's ``_unscale`` arithmetic: one kernel per float16 / bfloat16 / other group."""
+    groups: dict = {}
+    for grad in grads:
+        groups.setdefault(_TEMP_FLAG.get(grad.dtype, "_temp_found_inf_fp32"), []).append(grad)
+    found = scaler._temp_found_inf_value_false
+    for flag_name, group in groups.items():
+        flag = getattr(scaler, flag_name)
+        _legacy_C_ops.check_finite_and_unscale(group, scaler._scale, group, flag)
+        found = _C_ops.bitwise_or(found, flag)
+    return found
 
 
 def set_found_flags(scaler: Any, found: Any = None, skipped: bool | None = None) -> None:
@@ -84,14 +123,10 @@ def optimizer_stage(scaler: Any, optimizer: Any) -> str:
 
 
 def mark_stepped(scaler: Any, optimizer: Any) -> None:
-    from paddle.amp.grad_scaler import OptimizerState
-
     scaler._optimizer_states[id(optimizer)]["state"] = OptimizerState.STEPPED
 
 
 def reset_optimizer_stages(scaler: Any) -> None:
-    from paddle.amp.grad_scaler import _refresh_optimizer_state
-
     scaler._optimizer_states = defaultdict(_refresh_optimizer_state)
 
 

@@ -1,0 +1,242 @@
+"""``guard_optimizer``: the scaler's non-finite guard for loops that call ``optimizer.step()`` themselves.
+
+PaddleNLP's and PaddleFormers' Trainers build no scaler for bfloat16 and call
+``optimizer.step()`` themselves, as does any loop without loss scaling: an inf/NaN gradient then
+reaches every weight. A guarded optimizer skips such a step, counts it and reports it to hooks,
+with no change to the loop::
+
+    guard = paddle_amp_ext.guard_optimizer(optimizer, hooks=[VisualDLHook("runs/x")])
+    for x, y in data:                    # the loop is unchanged
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()                 # not applied when a gradient holds inf/nan
+        optimizer.clear_grad()
+    guard.remove()                       # or: with paddle_amp_ext.guard_optimizer(optimizer): ...
+
+The decision is :class:`GradScaler`'s own with loss scaling off (``skip_nonfinite``): the same
+gradients (``param.main_grad``, the float32 master gradient, where set), the same count, limit
+(``max_consecutive_skips``) and :class:`StepEvent` to the same hooks, after every guarded call.
+
+Cost per step: one fused squared-norm kernel per gradient, and one device-to-host read of whether
+the norm is finite (a host sync per step, the one loss scaling makes anyway); with several
+processes, one MAX all-reduce of that flag (default process group) before the read, so every rank
+makes the same decision and none waits in a collective the others skipped. Paddle's optimizers
+also honour a ``found_inf`` auxiliary variable (``_set_auxiliary_var``), but in dygraph
+``Optimizer._apply_optimize`` reads it back to the host too (``if found_inf:``), so it would save
+no sync; it is not used.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional
+
+import paddle
+
+from . import _compat
+from .events import StepResult
+from .scaler import GradScaler
+
+
+class _GuardScaler(GradScaler):
+    """A scaler with loss scaling off whose step applies the call the guard intercepted."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(enable=False, skip_nonfinite=True, **kwargs)
+        self.call: Optional[tuple] = None
+        self.returned: Any = None
+
+    def _apply_step(self, optimizer: Any) -> None:
+        method, args, kwargs = self.call
+        self.returned = method(*args, **kwargs)
+
+    def abandon(self) -> None:
+        """Forget a step whose optimizer call raised, so the next call is not taken for a second step."""
+        self._plain_stepped.clear()
+        self._loss_sum = None
+
+
+class _GuardedCall:
+    """What replaces the optimizer's method: the guarded call (``guard`` names its guard)."""
+
+    def __init__(self, guard: OptimizerGuard, original: Callable) -> None:
+        self.guard = guard
+        self.original = original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.guard._call(self.original, args, kwargs)
+
+
+class OptimizerGuard:
+    """The non-finite guard on one optimizer; built by :func:`guard_optimizer`.
+
+    A guarded call computes the global norm of the optimizer's gradients; when it is inf/nan
+    (on any rank) the optimizer's method is not called and the call returns None, else it is
+    called with the same arguments and its return value returned. Either way one
+    :class:`StepEvent` goes to the hooks (``loss`` is what :meth:`record_loss` saw, else None;
+    ``result.grad_norm`` the norm; ``next_loss_scale`` 1.0).
+    """
+
+    def __init__(self, optimizer: Any, hooks: Iterable[Any], max_consecutive_skips: Optional[int],
+                 on_collapse: str) -> None:
+        self._scaler = _GuardScaler(hooks=hooks, max_consecutive_skips=max_consecutive_skips,
+                                    on_collapse=on_collapse)
+        self._settings = (max_consecutive_skips, on_collapse)
+        self._optimizer = optimizer
+        self._name = _compat.applying_method(optimizer)
+        self._previous = vars(optimizer).get(self._name)  # an instance attribute it replaces, if any
+        self._inside = False
+        self._wrapper = _GuardedCall(self, getattr(optimizer, self._name))
+        setattr(optimizer, self._name, self._wrapper)
+
+    def _call(self, original: Callable, args: tuple, kwargs: dict) -> Any:
+        if self._inside or self._wrapper is None:  # re-entered from the optimizer, or removed
+            return original(*args, **kwargs)
+        scaler = self._scaler
+        scaler.call, scaler.returned = (original, args, kwargs), None
+        self._inside = True
+        try:
+            with paddle.no_grad():
+                scaler.step(self._optimizer)
+        except BaseException:
+            scaler.abandon()
+            raise
+        finally:
+            self._inside = False
+            scaler.call = None
+        scaler.update()
+        returned, scaler.returned = scaler.returned, None
+        return returned
+
+    # ------------------------------------------------------------------ lifetime
+    @property
+    def optimizer(self) -> Any:
+        return self._optimizer
+
+    @property
+    def active(self) -> bool:
+        """Whether the optimizer is guarded (False after :meth:`remove`)."""
+        return self._wrapper is not None
+
+    def remove(self) -> None:
+        """Restore the optimizer's own method (idempotent). Where something else replaced the
+        method after the guard, the guard's call stays in place but only passes through."""
+        if self._wrapper is None:
+            return
+        if vars(self._optimizer).get(self._name) is self._wrapper:
+            if self._previous is None:
+                delattr(self._optimizer, self._name)
+            else:
+                setattr(self._optimizer, self._name, self._previous)
+        self._wrapper = None
+
+    def __enter__(self) -> OptimizerGuard:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+    # ------------------------------------------------------------------ hooks and counts
+    def add_hook(self, hook: Any) -> Any:
+        """Register ``hook`` (``on_step(event)``, optional ``on_overflow``), as for the scaler; returns it."""
+        return self._scaler.add_hook(hook)
+
+    def remove_hook(self, hook: Any) -> None:
+        self._scaler.remove_hook(hook)
+
+    @property
+    def hooks(self) -> tuple:
+        return self._scaler.hooks
+
+    def record_loss(self, loss: paddle.Tensor) -> paddle.Tensor:
+        """Give the hooks this step's loss (summed until the next guarded step); returns ``loss``.
+
+        Only kept while hooks are registered; stays on the device (no sync).
+        """
+        return self._scaler.scale(loss)
+
+    def step_scheduler(self, lr_scheduler: Any) -> bool:
+        """Step ``lr_scheduler`` only if the last guarded step was applied; return whether it was."""
+        return self._scaler.step_scheduler(lr_scheduler)
+
+    @property
+    def skipped_steps(self) -> int:
+        """Guarded steps not applied so far (host int)."""
+        return self._scaler.skipped_steps
+
+    @property
+    def consecutive_skips(self) -> int:
+        return self._scaler.consecutive_skips
+
+    @property
+    def last_step_skipped(self) -> bool:
+        return self._scaler.last_step_skipped
+
+    @property
+    def last_result(self) -> Optional[StepResult]:
+        """The StepResult of the last guarded step (None before the first)."""
+        return self._scaler.last_result
+
+    def state_dict(self) -> dict:
+        """The guard's counters (plain values: picklable, ``paddle.save``-able). The optimizer's
+        own ``state_dict()`` is unchanged by the guard."""
+        return self._scaler.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._scaler.load_state_dict(state_dict)
+
+    def __repr__(self) -> str:
+        state = f"guarding {type(self._optimizer).__name__}.{self._name}" if self.active else "removed"
+        return f"OptimizerGuard({state}, skipped_steps={self.skipped_steps})"
+
+
+def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutive_skips: Optional[int] = None,
+                    on_collapse: str = "warn") -> OptimizerGuard:
+    """Guard ``optimizer`` in place: a step whose gradients hold inf/nan is not applied.
+
+    Replaces ``optimizer.step`` on this object (``_step`` on fleet's ``HybridParallelOptimizer``,
+    which its ``step`` calls after reducing the gradients and the Trainers call directly), so
+    code that holds the optimizer needs no change: a Trainer's own ``optimizer.step()`` is
+    guarded. ``state_dict()``, ``clear_grad()`` and every other attribute are untouched. Wraps
+    any optimizer object with a ``step`` (fleet's ``MixPrecisionOptimizer`` too).
+
+    Guarding an optimizer that is already guarded returns its guard, with the new ``hooks``
+    added. Undo with ``guard.remove()``, or use the guard as a context manager.
+
+    Costs one host sync per step, and one MAX all-reduce with several processes (see the
+    module docstring).
+
+    Args:
+        optimizer: a Paddle optimizer, or fleet's wrapper of one.
+        hooks: objects with ``on_step(event)`` (e.g. ``VisualDLHook``), told after every step.
+        max_consecutive_skips: after this many skipped steps in a row, ``on_collapse``.
+        on_collapse: ``"warn"`` (log once per collapse) or ``"raise"`` (``AmpOverflowError``
+            from the step call).
+
+    Returns:
+        The :class:`OptimizerGuard`.
+
+    Raises:
+        TypeError: ``optimizer`` has no callable ``step``, or a bad hook or setting.
+        ValueError: the optimizer is already guarded with other settings.
+
+    Example::
+
+        guard = paddle_amp_ext.guard_optimizer(optimizer, hooks=[paddle_amp_ext.VisualDLHook("runs/bf16")])
+        trainer.train()                        # the Trainer's optimizer.step() calls are guarded
+        print(guard.skipped_steps)
+    """
+    if not callable(getattr(optimizer, "step", None)):
+        raise TypeError(f"guard_optimizer() needs an optimizer with a step() method. Received: {optimizer!r} "
+                        f"(of type {type(optimizer).__name__})")
+    current = getattr(vars(optimizer).get(_compat.applying_method(optimizer)), "guard", None)
+    if isinstance(current, OptimizerGuard) and current.active:
+        if current._settings != (max_consecutive_skips, on_collapse):
+            raise ValueError(
+                f"The optimizer is already guarded with max_consecutive_skips={current._settings[0]!r}, "
+                f"on_collapse={current._settings[1]!r}; received max_consecutive_skips={max_consecutive_skips!r}, "
+                f"on_collapse={on_collapse!r}. Call guard.remove() first to guard it anew.")
+        for hook in hooks or ():
+            if not any(hook is known for known in current.hooks):
+                current.add_hook(hook)
+        return current
+    return OptimizerGuard(optimizer, hooks, max_consecutive_skips, on_collapse)
