@@ -47,36 +47,86 @@ TrainerCallback = _trainer_callback_class()
 
 
 class AmpCallback(TrainerCallback):
-    """Attach a :class:`paddle_amp_ext.VisualDLHook` to the Trainer's scaler.
+    """The AMP tags for the Trainer's steps, and the non-finite guard where the Trainer has no scaler.
+
+    With loss scaling (``fp16=True``) the Trainer's scaler is this package's (route first): a
+    :class:`paddle_amp_ext.VisualDLHook` is attached to it. Without (``bf16=True``, or float32),
+    the Trainer calls ``optimizer.step()`` and ``lr_scheduler.step()`` itself, so before the first
+    step the callback guards its optimizer with :func:`paddle_amp_ext.guard_optimizer` (a step
+    whose gradients hold inf/nan is not applied, and is counted), makes its LR scheduler's
+    ``step`` hold on a skipped step (as the Trainer does itself with a scaler) and attaches the
+    hook to the guard; both are undone at the end of training. ``amp/loss`` is not logged there
+    (no scaler sees the loss).
 
     Args:
         logdir: where the hook writes its run directory; default the Trainer's
             ``args.logging_dir`` (beside the Trainer's own VisualDL records).
         flush_every: the hook's ``flush_every``.
+        guard: guard the optimizer of a Trainer without a scaler (one host sync per step).
     """
 
-    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50) -> None:
-        self.logdir, self.flush_every = logdir, flush_every
+    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, guard: bool = True) -> None:
+        self.logdir, self.flush_every, self.guard = logdir, flush_every, guard
         self.hook: Any = None
-        self._scaler: Any = None
+        self.optimizer_guard: Any = None  # the guard this callback put on the Trainer's optimizer
+        self._source: Any = None  # the scaler or guard the hook is attached to
+        self._held: Any = None  # (scheduler, its replaced step) while held
 
     def on_optimizer_begin(self, args: Any, state: Any, control: Any, scaler: Any = None, **kwargs: Any) -> None:
-        if scaler is None or scaler is self._scaler:
-            return
-        if not isinstance(scaler, GradScaler):
-            warn_once("paddlenlp:not-routed", "AmpCallback: the Trainer's scaler is Paddle's %s, so no AMP tags are "
-                      "logged: call paddle_amp_ext.route() before importing the Trainer (paddleformers.trainer "
-                      "or paddlenlp.trainer).", type(scaler).__name__)
-            return
+        if scaler is None:
+            optimizer = kwargs.get("optimizer")
+            if not self.guard or optimizer is None or (self.optimizer_guard is not None
+                                                       and self.optimizer_guard.optimizer is optimizer):
+                return
+            from ..guard import guard_optimizer
+
+            self._end_guard()
+            self.optimizer_guard = guard_optimizer(optimizer)
+            if kwargs.get("lr_scheduler") is not None:
+                self._hold(kwargs["lr_scheduler"], self.optimizer_guard)
+            self._attach(self.optimizer_guard, args)
+        elif scaler is not self._source:
+            if not isinstance(scaler, GradScaler):
+                warn_once("paddlenlp:not-routed", "AmpCallback: the Trainer's scaler is Paddle's %s, so no AMP tags "
+                          "are logged: call paddle_amp_ext.route() before importing the Trainer "
+                          "(paddleformers.trainer or paddlenlp.trainer).", type(scaler).__name__)
+                return
+            self._attach(scaler, args)
+
+    def _attach(self, source: Any, args: Any) -> None:
         from ..visualdl import VisualDLHook
 
+        self._close_hook()
+        self._source = source
+        self.hook = source.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every))
+
+    def _close_hook(self) -> None:
         if self.hook is not None:
             self.hook.close()
-        self._scaler = scaler
-        self.hook = scaler.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every))
+            self._source.remove_hook(self.hook)
+            self.hook = self._source = None
+
+    def _hold(self, scheduler: Any, guard: Any) -> None:
+        """Replace ``scheduler.step`` (on this object) by one that does nothing after a skipped guarded step."""
+        original = scheduler.step
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            if guard.active and guard.last_step_skipped:
+                return None
+            return original(*args, **kwargs)
+
+        scheduler.step = step
+        self._held = (scheduler, step)
+
+    def _end_guard(self) -> None:
+        if self.optimizer_guard is not None:
+            self.optimizer_guard.remove()
+        if self._held is not None:
+            scheduler, step = self._held
+            if vars(scheduler).get("step") is step:
+                del scheduler.step
+            self._held = None
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.hook is not None:
-            self.hook.close()
-            self._scaler.remove_hook(self.hook)
-            self.hook = self._scaler = None
+        self._close_hook()
+        self._end_guard()
