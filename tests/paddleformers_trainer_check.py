@@ -21,59 +21,14 @@ import paddle
 import paddle_amp_ext as amp
 
 amp.route()  # before paddleformers.trainer binds paddle.amp.auto_cast and builds its GradScaler
-from paddleformers.trainer import Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+from paddleformers.trainer import Trainer, TrainingArguments  # noqa: E402
 from paddleformers.transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from trainer_callbacks import Poison, StopAt, TokenIds  # noqa: E402
 
 from paddle_amp_ext.integrations.paddleformers import AmpCallback  # noqa: E402
 
 OUT = sys.argv[1]
 logging.getLogger("paddle_amp_ext").setLevel(logging.WARNING)
-
-
-class Data(paddle.io.Dataset):
-    def __init__(self, n=32):
-        self.ids = np.random.default_rng(0).integers(1, 90, size=(n, 12)).astype("int64")
-
-    def __len__(self):
-        return len(self.ids)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
-
-
-class StopAt(TrainerCallback):
-    """An interrupted run: the same schedule as the whole run, stopped after a checkpoint."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.step:
-            control.should_save = True
-            control.should_training_stop = True
-
-
-class Poison(TrainerCallback):
-    """An injected non-finite gradient before the optimizer step of the chosen (1-based) steps,
-    written where the gradients are: the float32 master gradient ``main_grad`` when it is set."""
-
-    def __init__(self, model, steps, value):
-        self.model, self.steps, self.value = model, steps, value
-        self.seen, self.poisoned = [], []
-
-    def on_optimizer_begin(self, args, state, control, scaler=None, **kwargs):
-        if state.global_step + 1 in self.steps:
-            param = next(p for p in self.model.parameters()
-                         if getattr(p, "main_grad", None) is not None or p.grad is not None)
-            where = "main_grad" if getattr(param, "main_grad", None) is not None else "grad"
-            grad = param.main_grad if where == "main_grad" else param._grad_ivar()
-            with paddle.no_grad():
-                paddle.assign(paddle.full_like(grad, self.value), output=grad)
-            self.poisoned.append(where)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.seen.append({"step": state.global_step, "lr": float(kwargs["optimizer"].get_lr()),
-                          "last_epoch": kwargs["lr_scheduler"].last_epoch})
 
 
 def train(output_dir, max_steps, dtype="float16", poison=(2, 5), value=float("inf"), resume=None, stop_at=None,
@@ -94,7 +49,7 @@ def train(output_dir, max_steps, dtype="float16", poison=(2, 5), value=float("in
         poisoner = Poison(model, poison, value)
         callback = callback or AmpCallback()
         callbacks = [poisoner, callback] + ([StopAt(stop_at)] if stop_at else [])
-        trainer = Trainer(model=model, args=args, train_dataset=Data(), callbacks=callbacks)
+        trainer = Trainer(model=model, args=args, train_dataset=TokenIds(), callbacks=callbacks)
         assert isinstance(trainer.scaler, amp.GradScaler), type(trainer.scaler)
         with amp.fp16_emulation(model, dtype=dtype):
             trainer.train(resume_from_checkpoint=resume)

@@ -10,27 +10,16 @@ step 2.
 from __future__ import annotations
 
 import glob
-import json
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
-
-PYTHON = os.environ.get("PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON")
+from helpers import run_trainer_check
 
 
 @pytest.fixture(scope="module")
 def trainer_run(tmp_path_factory):
-    if not PYTHON:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the PaddleFormers Trainer test: PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON is not set")
-        pytest.skip("PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON is not set (bash scripts/test builds .venv-paddleformers)")
     out = tmp_path_factory.mktemp("paddleformers")
-    script = Path(__file__).parent / "paddleformers_trainer_check.py"
-    proc = subprocess.run([PYTHON, str(script), str(out)], capture_output=True, text=True, timeout=600, cwd=out)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr, out
+    return (*run_trainer_check("PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON", "paddleformers_trainer_check.py", out), out)
 
 
 def _scalars(logging_dir, tag):

@@ -8,24 +8,18 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ATTENTION_MODEL_SCRIPT
 
 import paddle_amp_ext as amp
 from paddle_amp_ext.cli import run
 
 # The attention model whose logits reach 80000 (beyond float16) under the script's own loop and
 # scaler; it reports what ran, for the test to compare with the advice.
-SCRIPT = """
+SCRIPT = ATTENTION_MODEL_SCRIPT + """
 import numpy as np
-import paddle
 
 from paddle_amp_ext.keep import is_kept_fp32
 
-paddle.seed(0)
-layer = paddle.nn.TransformerEncoderLayer(d_model=64, nhead=1, dim_feedforward=64, dropout=0.0)
-for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
-    proj.weight.set_value(paddle.zeros_like(proj.weight))
-    proj.bias.set_value(paddle.full_like(proj.bias, 100.0))
-model = paddle.nn.Sequential(layer)
 opt = paddle.optimizer.SGD(learning_rate=1e-3, parameters=model.parameters())
 scaler = paddle.amp.GradScaler(init_loss_scaling=1024)
 x = paddle.rand([2, 4, 64])
