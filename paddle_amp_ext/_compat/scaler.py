@@ -6,8 +6,9 @@ and ``_optimizer_states`` (the per-optimizer INIT/UNSCALED/STEPPED state). Paddl
 of them when the scaler is disabled (no bypass in its constructor), so :func:`init_scaler_state`
 builds them for both versions. :func:`unscale` runs ``_unscale``'s own kernel,
 ``_legacy_C_ops.check_finite_and_unscale`` (one launch per gradient dtype, OR-ed by
-``_C_ops.bitwise_or``), on the gradients :func:`.optimizer.grad_of` names (Paddle's ``_unscale``
-reads ``_grad_ivar()`` only, so it never sees a ``main_grad``). Fleet replaces ``_unscale`` on
+``_C_ops.bitwise_or``), on the gradients :func:`.optimizer.grad_of` names where a parameter has
+a ``main_grad`` (Paddle's ``_unscale`` reads ``_grad_ivar()`` only, so it never sees one), and
+Paddle's ``_unscale`` itself elsewhere. Fleet replaces ``_unscale`` on
 the scaler instance (``fleet.distributed_scaler``, ``GroupShardedScaler``, and
 ``mix_precision_utils.MixPrecisionScaler``, which stores found_inf as a Python int and keeps no
 optimizer state); that replacement then runs instead. After ``step()``/``minimize()`` Paddle sets a cached found_inf
@@ -70,8 +71,9 @@ def unscale(scaler: Any, optimizer: Any) -> Any:
     """Divide the optimizer's gradients by the scale in place; return found_inf.
 
     The gradients are :func:`.optimizer.grad_of`'s (``main_grad`` where set), checked and divided
-    by Paddle's ``check_finite_and_unscale`` kernel; where fleet replaced ``_unscale`` on this
-    scaler, that runs instead. found_inf is a device flag, or the Python int fleet's
+    by Paddle's ``check_finite_and_unscale`` kernel (Paddle's ``_unscale`` itself where no
+    parameter has a ``main_grad``); where fleet replaced ``_unscale`` on this scaler, that runs
+    instead. found_inf is a device flag, or the Python int fleet's
     ``MixPrecisionScaler`` stores (it read the flag back to the host itself).
 
     Raises:
@@ -83,27 +85,31 @@ def unscale(scaler: Any, optimizer: Any) -> Any:
         raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
     if state["state"] is OptimizerState.STEPPED:
         raise RuntimeError("unscale_() is being called after step().")
+    params = optimizer_parameters(optimizer)
     if "_unscale" in vars(scaler):  # fleet's, bound to this instance
         scaler._unscale(optimizer)
-    else:
-        scaler._found_inf = _check_finite_and_unscale(scaler, iter_grads(optimizer_parameters(optimizer)))
+    elif any(getattr(param, "main_grad", None) is not None for param in params):
+        scaler._found_inf = _check_finite_and_unscale(scaler, iter_grads(params))
+    else:  # Paddle's own: the same kernels, the gradients collected in C++
+        scaler._unscale(optimizer)
     state["state"] = OptimizerState.UNSCALED
     return scaler._found_inf
 
 
-_TEMP_FLAG = {paddle.float16: "_temp_found_inf_fp16", paddle.bfloat16: "_temp_found_inf_bf16"}
-
-
 def _check_finite_and_unscale(scaler: Any, grads: Iterable[Tensor]) -> Tensor:
     """Paddle's ``_unscale`` arithmetic: one kernel per float16 / bfloat16 / other group."""
-    groups: dict = {}
+    fp16: list = []
+    bf16: list = []
+    other: list = []
     for grad in grads:
-        groups.setdefault(_TEMP_FLAG.get(grad.dtype, "_temp_found_inf_fp32"), []).append(grad)
+        dtype = grad.dtype
+        (fp16 if dtype == paddle.float16 else bf16 if dtype == paddle.bfloat16 else other).append(grad)
     found = scaler._temp_found_inf_value_false
-    for flag_name, group in groups.items():
-        flag = getattr(scaler, flag_name)
-        _legacy_C_ops.check_finite_and_unscale(group, scaler._scale, group, flag)
-        found = _C_ops.bitwise_or(found, flag)
+    for group, flag in ((fp16, scaler._temp_found_inf_fp16), (bf16, scaler._temp_found_inf_bf16),
+                        (other, scaler._temp_found_inf_fp32)):
+        if group:
+            _legacy_C_ops.check_finite_and_unscale(group, scaler._scale, group, flag)
+            found = _C_ops.bitwise_or(found, flag)
     return found
 
 
