@@ -281,7 +281,7 @@ def table(results: List[Dict[str, Any]]) -> str:
                  f"{r['rows'][name]['scaling_off_added_reads']:+g}" for r in results]
         lines.append(f"| {label} | added host reads per step (scaling on / off) | " + " | ".join(cells) + " |")
     cells = [f"{r['hook_us_per_step']:.1f} us" for r in results]
-    lines.append("| VisualDLHook | | per logged step (5 tags, flushes included) | " + " | ".join(cells) + " |")
+    lines.append("| VisualDLHook | | per logged step (6 tags, flushes included) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

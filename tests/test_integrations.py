@@ -207,9 +207,10 @@ def test_hapi_fit_with_amp_on_as_a_t4_would_run_it(tmp_path, monkeypatch):
     (path,) = glob.glob(os.path.join(callback.logdir, "vdlrecords.*"))
     reader = LogReader(file_path=path)
     tags = set(reader.get_tags()["scalar"])
-    assert tags == {"amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr"}
+    assert tags == {"amp/loss", "amp/loss_scale", "amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr"}
     scales = [d.value for d in reader.get_data("scalar", "amp/log2_loss_scale")]
     assert scales[0] == 24.0 and scales[-1] < 24.0
+    assert [d.value for d in reader.get_data("scalar", "amp/loss_scale")] == [2.0**s for s in scales]
     norms = [d.id for d in reader.get_data("scalar", "amp/grad_norm")]
     assert norms and 0 not in norms, "on stepped batches, from the second batch on"
 

@@ -52,9 +52,11 @@ def test_amp_tags_sit_next_to_the_trainers_visualdl_logs(trainer_run):
     (ours,) = glob.glob(os.path.join(logging_dir, "*", "vdlrecords.*"))
     reader = LogReader(file_path=ours)
     tags = set(reader.get_tags()["scalar"])
-    assert {"amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/lr"} <= tags
+    assert {"amp/loss", "amp/loss_scale", "amp/log2_loss_scale", "amp/skipped_steps", "amp/lr"} <= tags
     skips = [(d.id, d.value) for d in reader.get_data("scalar", "amp/skipped_steps")]
     assert skips == [(0, 0.0), (1, 1.0), (2, 1.0), (3, 1.0), (4, 2.0), (5, 2.0), (6, 2.0), (7, 2.0)]
+    scales = [(d.id, d.value) for d in reader.get_data("scalar", "amp/loss_scale")]  # the raw scale, halved per skip
+    assert scales == [(0, 1024.0), (1, 1024.0), (2, 512.0), (3, 512.0), (4, 512.0), (5, 256.0), (6, 256.0), (7, 256.0)]
 
 
 @pytest.mark.slow

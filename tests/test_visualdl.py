@@ -21,6 +21,7 @@ import pytest
 from helpers import make_data, make_mlp
 
 import paddle_amp_ext as amp
+from paddle_amp_ext.visualdl import TAGS
 from paddle_amp_ext.visualdl_serve import command
 
 pytest.importorskip("visualdl")
@@ -57,8 +58,10 @@ def test_one_point_per_step_with_the_values_the_scaler_reported(tmp_path):
     with amp.VisualDLHook(str(tmp_path / "run"), flush_every=5) as hook:
         reported = train(hook)
     data = read(str(tmp_path / "run"))
-    assert set(data) == {"amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr"}
+    assert set(data) == set(TAGS)
     assert [s for s, _ in data["amp/loss"]] == list(range(12))
+    assert [v for _, v in data["amp/loss_scale"]] == [r[2] for r in reported]  # the raw scale: 1024, 2048, ...
+    assert data["amp/loss_scale"][:4] == [(0, 1024.0), (1, 1024.0), (2, 1024.0), (3, 2048.0)]
     assert [2.0 ** v for _, v in data["amp/log2_loss_scale"]] == [r[2] for r in reported]
     assert [v for _, v in data["amp/skipped_steps"]] == [float(sum(r[3] for r in reported[:i + 1])) for i in range(12)]
     np.testing.assert_allclose([v for _, v in data["amp/loss"]], [r[1] for r in reported], rtol=1e-6)
@@ -215,6 +218,7 @@ def test_hapi_callback_logs_the_same_tags(tmp_path):
     data = read(str(tmp_path / "hapi"))
     assert [s for s, _ in data["amp/loss"]] == [0, 1, 2, 3]
     assert [v for _, v in data["amp/log2_loss_scale"]] == [8.0] * 4
+    assert [v for _, v in data["amp/loss_scale"]] == [256.0] * 4
     assert [v for _, v in data["amp/skipped_steps"]] == [0.0] * 4
     assert data["amp/lr"][0][1] == pytest.approx(0.01)
 
@@ -245,7 +249,7 @@ def test_scalar_encoder_is_byte_identical_to_visualdl_protobuf():
 
     from visualdl.proto.record_pb2 import Record
 
-    from paddle_amp_ext.visualdl import _ScalarEncoder
+    from paddle_amp_ext.visualdl.records import ScalarEncoder as _ScalarEncoder
 
     values = [("amp/loss", 0.123456), ("amp/log2_loss_scale", 40.0), ("amp/skipped_steps", 1.0), ("amp/lr", float("inf")),
               ("标签/中文", -3.5)]

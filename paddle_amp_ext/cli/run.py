@@ -101,17 +101,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError, TypeError) as exc:
         return fail(PROG, str(exc))
     summaries: List[ScalerSummary] = []
+    hooks: List[Any] = []
 
     def attach(new_scaler: Any) -> None:
         logdir = None
         if not args.no_log:
             from ..visualdl import VisualDLHook
 
-            hook = new_scaler.add_hook(VisualDLHook(args.logdir))
-            logdir = hook.logdir
+            hooks.append(new_scaler.add_hook(VisualDLHook(args.logdir)))
+            logdir = hooks[-1].logdir
         summaries.append(new_scaler.add_hook(ScalerSummary(logdir)))
 
     with contextlib.ExitStack() as stack:
+        stack.callback(_close_all, hooks)  # however the script ends (SIGTERM: the hooks flush themselves)
         stack.enter_context(routed(config, on_scaler=attach))
         if args.emulate:
             from ..rehearsal.emulation import rehearse
@@ -126,6 +128,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     else:
         print(_render(summary), file=sys.stderr, flush=True)
     return end.exit_code
+
+
+def _close_all(hooks: List[Any]) -> None:
+    """Flush and close every VisualDL hook ``run`` attached (one device read each)."""
+    for hook in hooks:
+        hook.close()
 
 
 def _render(summary: Dict[str, Any]) -> str:

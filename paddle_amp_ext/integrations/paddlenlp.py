@@ -25,6 +25,8 @@ from typing import Any, Optional
 
 from .._log import warn_once
 from ..scaler import GradScaler
+from ..visualdl import VisualDLHook
+from ..visualdl.writer import check_flush_bounds
 
 #: The toolkits whose ``trainer.TrainerCallback`` the callback can be, in order of preference.
 TOOLKITS = ("paddleformers", "paddlenlp")
@@ -61,12 +63,17 @@ class AmpCallback(TrainerCallback):
     Args:
         logdir: where the hook writes its run directory; default the Trainer's
             ``args.logging_dir`` (beside the Trainer's own VisualDL records).
-        flush_every: the hook's ``flush_every``.
+        flush_every, flush_secs: the hook's write bounds (after this many steps or seconds).
         guard: guard the optimizer of a Trainer without a scaler (one host sync per step).
+
+    The hook logs every :data:`paddle_amp_ext.visualdl.TAGS` tag, ``amp/loss_scale`` included
+    (but ``amp/loss`` on the guard).
     """
 
-    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, guard: bool = True) -> None:
-        self.logdir, self.flush_every, self.guard = logdir, flush_every, guard
+    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 30.0,
+                 guard: bool = True) -> None:
+        check_flush_bounds(flush_every, flush_secs)
+        self.logdir, self.flush_every, self.flush_secs, self.guard = logdir, flush_every, flush_secs, guard
         self.hook: Any = None
         self.optimizer_guard: Any = None  # the guard this callback put on the Trainer's optimizer
         self._source: Any = None  # the scaler or guard the hook is attached to
@@ -94,11 +101,10 @@ class AmpCallback(TrainerCallback):
             self._attach(scaler, args)
 
     def _attach(self, source: Any, args: Any) -> None:
-        from ..visualdl import VisualDLHook
-
         self._close_hook()
         self._source = source
-        self.hook = source.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every))
+        self.hook = source.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every,
+                                                 flush_secs=self.flush_secs))
 
     def _close_hook(self) -> None:
         if self.hook is not None:

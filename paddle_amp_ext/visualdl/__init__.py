@@ -1,0 +1,35 @@
+"""VisualDL hooks: loss and loss scale at every step, read back from the device in batches.
+
+``VisualDLHook`` is a scaler hook: ``GradScaler(hooks=[VisualDLHook("runs/x")])``. Per training
+step it logs, in one ``amp`` group that VisualDL shows expanded (loss first):
+
+- ``amp/loss``: the unscaled loss;
+- ``amp/loss_scale``: the scale used in that step (65536, 32768, ...), the number to compare;
+- ``amp/log2_loss_scale``: its log2 (16 for 2**16: a readable staircase where the raw scale
+  spans 1 to 1e11 on VisualDL's linear axis);
+- ``amp/skipped_steps``: skipped steps so far (a staircase VisualDL's smoothing cannot turn into
+  spikes, as it does a 0/1 flag);
+- ``amp/grad_norm``: the unscaled gradient norm (when ``step(grad_clip=...)`` computed it, or
+  with ``scaler.record_grad_norm = True``);
+- ``amp/lr``: the learning rate.
+
+The loss and grad norm stay on the device; after ``flush_every`` steps or ``flush_secs``
+seconds, whichever comes first, they are fetched in one transfer and written as one batch, so
+another step costs a list append. What a hook was given is written however the process ends
+but ``kill -9``: when the hook is garbage-collected, at exit, after an exception and on SIGTERM
+(:mod:`.shutdown`). Each hook writes its own run directory under ``logdir``, and nothing outside
+it: the records are written without importing VisualDL (:mod:`.records`).
+
+``VisualDLCallback`` logs the same tags for ``paddle.Model.fit``. Serve the logs with
+``python -m paddle_amp_ext.visualdl_serve --logdir runs`` (which adds ``--language en
+--disable-telemetry``; see the README for why).
+"""
+
+from __future__ import annotations
+
+from .callback import VisualDLCallback
+from .hook import TAGS, VisualDLHook, run_directory_name
+from .records import ScalarEncoder as _ScalarEncoder  # noqa: F401 - private names, importable here as before
+from .writer import BatchedWriter as _BatchedWriter  # noqa: F401
+
+__all__ = ["TAGS", "VisualDLCallback", "VisualDLHook", "run_directory_name"]

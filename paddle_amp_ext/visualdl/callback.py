@@ -1,0 +1,92 @@
+"""``VisualDLCallback``: the hook's tags for ``paddle.Model.fit`` (hapi)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, List, Optional
+
+import paddle
+
+from .. import _compat
+from ..scaler import GradScaler
+from .hook import open_writer, scale_rows
+from .writer import Row
+
+
+class VisualDLCallback(paddle.callbacks.Callback):
+    """hapi callback: the same tags as :class:`VisualDLHook` for ``paddle.Model.fit(..., amp_configs=...)``.
+
+    The loss comes from hapi's logs (already on the host); the loss scale and the skip count of
+    hapi's own GradScaler stay on the device until a flush. To train hapi with this package's
+    scaler (the guard, collapse detection, ``amp/grad_norm`` from the second batch on), run
+    ``fit`` inside :func:`paddle_amp_ext.routed`: hapi builds its scaler as
+    ``paddle.amp.GradScaler(**amp_configs)``. The records are flushed at the end of each
+    ``fit`` (a second ``fit`` goes on in the same run) and closed when the callback is
+    garbage-collected, at exit or by :meth:`close`.
+
+    Args: as :class:`VisualDLHook`'s ``logdir``, ``flush_every``, ``flush_secs``, ``all_ranks``
+        and ``run_name``.
+
+    Example:
+        >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
+    """
+
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 30.0,
+                 all_ranks: bool = False, run_name: Optional[str] = None) -> None:
+        super().__init__()
+        self.logdir: Optional[str] = None
+        self._out = open_writer(self, logdir, all_ranks, run_name, flush_every, flush_secs)
+        self._step = 0
+        self._skips: Any = None  # skipped steps so far, for Paddle's own scaler (a device value)
+
+    def on_train_batch_begin(self, step: int, logs: Optional[dict] = None) -> None:
+        scaler = _compat.hapi_scaler(self.model)
+        if isinstance(scaler, GradScaler):  # hapi builds it during the first batch
+            scaler.record_grad_norm = True
+
+    def on_train_batch_end(self, step: int, logs: Optional[dict] = None) -> None:
+        if self._out is None or self._out.closed:
+            return
+        rows: List[Row] = []
+        loss = (logs or {}).get("loss")
+        if loss is not None:
+            first = loss[0] if isinstance(loss, (list, tuple)) else loss
+            rows.append(("amp/loss", float(getattr(first, "item", lambda: first)())))
+        scaler = _compat.hapi_scaler(self.model)
+        if isinstance(scaler, GradScaler) and scaler.last_result is not None:
+            result = scaler.last_result
+            rows += scale_rows(result.loss_scale)
+            rows.append(("amp/skipped_steps", float(scaler.skipped_steps)))
+            if result.grad_norm is not None:
+                rows.append(("amp/grad_norm", result.grad_norm))
+        elif scaler is not None and scaler.is_enable():  # Paddle's own scaler: device values, no sync
+            rows += self._paddle_scaler_rows(scaler)
+        else:
+            rows += scale_rows(1.0)
+            rows.append(("amp/skipped_steps", 0.0))
+        optimizer = getattr(self.model, "_optimizer", None)
+        if optimizer is not None:
+            rows.append(("amp/lr", float(optimizer.get_lr())))
+        self._out.add(self._step, int(time.time() * 1000), rows)
+        self._step += 1
+
+    def _paddle_scaler_rows(self, scaler: Any) -> List[Row]:
+        """Rows from ``paddle.amp.GradScaler``'s device state: copies, as Paddle updates it in place."""
+        rows: List[Row] = []
+        scale, found = _compat.paddle_scaler_view(scaler)
+        if scale is not None:
+            rows += [("amp/loss_scale", scale.clone()), ("amp/log2_loss_scale", paddle.log2(scale))]
+        if found is not None:
+            flag = found.astype("float32") if isinstance(found, paddle.Tensor) else float(bool(found))
+            self._skips = flag if self._skips is None else self._skips + flag
+            rows.append(("amp/skipped_steps", self._skips))
+        return rows
+
+    def on_train_end(self, logs: Optional[dict] = None) -> None:
+        if self._out is not None:
+            self._out.flush()
+
+    def close(self) -> None:
+        """Flush and close the records; later batches are not logged. Idempotent."""
+        if self._out is not None:
+            self._out.close()

@@ -1,0 +1,173 @@
+"""``VisualDLHook``: the scaler hook, and where a run's records go (``logdir/RUN[/rankN]``)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from typing import Any, List, Optional, Tuple
+
+import paddle
+
+from .._log import logger, warn_once
+from ..events import StepEvent
+from .writer import BatchedWriter, Row
+
+#: Every tag a hook writes, in the order VisualDL's ``amp`` group shows them.
+TAGS = ("amp/loss", "amp/loss_scale", "amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr")
+
+
+def _rank() -> Tuple[int, int]:
+    try:
+        return paddle.distributed.get_rank(), paddle.distributed.get_world_size()
+    except Exception:
+        return 0, 1
+
+
+def _checked_logdir(logdir: Any) -> str:
+    """``logdir`` as a path, or a TypeError/ValueError naming it."""
+    if not isinstance(logdir, (str, os.PathLike)):
+        raise TypeError(f"logdir must be a directory path such as 'runs/exp1'. Received: logdir={logdir!r} "
+                        f"(of type {type(logdir).__name__})")
+    path = os.fspath(logdir)
+    if not str(path).strip():
+        raise ValueError("logdir must be a directory path such as 'runs/exp1'. Received: logdir='' (empty)")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"logdir {path!r} is a file, not a directory: pass a directory path.")
+    return str(path)
+
+
+_run_counter = itertools.count()
+
+
+def run_directory_name() -> str:
+    """A new run's directory name: local time, then pid and a counter, so runs sort by time and
+    two hooks started in the same second (in one process or two) never share a directory."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_run_counter)}"
+
+
+def _log_dir(logdir: Any, all_ranks: bool, run_name: Optional[str] = None) -> Optional[str]:
+    """Where this rank writes: ``logdir/RUN`` (``logdir/RUN/rankN`` with ``all_ranks``), or None."""
+    logdir = _checked_logdir(logdir)
+    rank, world = _rank()
+    if run_name is None:
+        run_name = run_directory_name()
+        if world > 1 and all_ranks:  # every rank writes into rank 0's run (one collective, at creation)
+            names = [run_name]
+            paddle.distributed.broadcast_object_list(names, src=0)
+            run_name = names[0]
+    elif not isinstance(run_name, str) or os.sep in run_name or run_name in (".", ".."):
+        raise ValueError(f"run_name must be a directory name (no {os.sep!r}), '' for logdir itself, or None for a "
+                         f"new timestamped run. Received: run_name={run_name!r}")
+    target = os.path.join(logdir, run_name) if run_name else logdir
+    if world > 1 and all_ranks:
+        return os.path.join(target, f"rank{rank}")
+    return target if rank == 0 else None
+
+
+def open_writer(owner: Any, logdir: Any, all_ranks: bool, run_name: Optional[str], flush_every: int,
+                flush_secs: float, filename_suffix: str = "") -> Optional[BatchedWriter]:
+    """The writer ``owner`` logs to (None on ranks that do not log), closed when ``owner`` is
+    garbage-collected or at exit, whichever comes first; ``owner.logdir`` is set."""
+    target = _log_dir(logdir, all_ranks, run_name)
+    out = BatchedWriter(target, flush_every, flush_secs, filename_suffix) if target else None
+    if out is not None:
+        out.close_with(owner)
+        logger.info("VisualDL: logging to %s (serve with: python -m paddle_amp_ext.visualdl_serve --logdir %s)",
+                    target, logdir)
+    owner.logdir = target
+    return out
+
+
+def scale_rows(loss_scale: float) -> List[Row]:
+    """``amp/loss_scale`` (raw, e.g. 65536) and ``amp/log2_loss_scale`` (16) for a host scale."""
+    return [("amp/loss_scale", loss_scale), ("amp/log2_loss_scale", math.log2(loss_scale) if loss_scale > 0 else
+                                              float("-inf"))]
+
+
+class VisualDLHook:
+    """Log loss, loss scale, skips, grad norm and lr to VisualDL at every step.
+
+    Tags: ``amp/loss``, ``amp/loss_scale`` (the raw scale, e.g. 65536), ``amp/log2_loss_scale``
+    (16 for 2**16), ``amp/skipped_steps``, ``amp/grad_norm`` (when the scaler computed it) and
+    ``amp/lr``. Nothing is lost for want of ``close()``: the records are flushed and closed
+    when the hook is garbage-collected (with the scaler that holds it), at interpreter exit and
+    on SIGTERM; ``kill -9`` loses at most the steps since the last flush.
+
+    Args:
+        logdir: the VisualDL log directory to serve (``visualdl_serve --logdir LOGDIR``).
+        flush_every: fetch device values and write after this many steps...
+        flush_secs: ...or once this many seconds have passed since the last write, whichever
+            comes first (checked when a step is logged, on the host clock).
+        all_ranks: in data-parallel runs log every rank to ``RUN/rank{N}`` (every rank must create
+            the hook: rank 0 tells the others the run's name); default rank 0 only.
+        filename_suffix: appended to the record file's name.
+        run_name: the run's directory under ``logdir``. Default: a new one named by local time,
+            pid and a counter (``20261130-060707-4242-0``), so every hook and every re-run is its
+            own run in VisualDL's run list (VisualDL shows only the newest record file of a
+            directory); ``""`` writes into ``logdir`` itself. ``hook.logdir`` says where.
+
+    Raises:
+        ValueError, TypeError: a bad ``logdir``, ``run_name``, ``flush_every`` or ``flush_secs``.
+        OSError: ``logdir`` cannot be written.
+        ImportError: VisualDL is not installed.
+
+    Example:
+        >>> with VisualDLHook("runs/exp1") as hook:  # doctest: +SKIP
+        ...     scaler = paddle_amp_ext.GradScaler(hooks=[hook])
+        ...     train(scaler)
+    """
+
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 30.0,
+                 all_ranks: bool = False, filename_suffix: str = "", run_name: Optional[str] = None) -> None:
+        self.logdir: Optional[str] = None
+        self._out = open_writer(self, logdir, all_ranks, run_name, flush_every, flush_secs, filename_suffix)
+        self._closed = False
+        self._skipped = 0
+
+    @property
+    def active(self) -> bool:
+        """False on ranks that do not log, and after close()."""
+        return self._out is not None and not self._out.closed
+
+    def on_step(self, event: StepEvent) -> None:
+        if self._closed:
+            warn_once(f"visualdl:closed:{id(self)}", "VisualDLHook(%r).on_step after close(): step %d and later "
+                      "steps are not logged. Remove the hook from the scaler or create a new one.",
+                      self.logdir, event.step)
+            return
+        if not self.active:
+            return
+        result = event.result
+        self._skipped += result.skipped
+        rows: List[Row] = [] if event.loss is None else [("amp/loss", event.loss)]
+        rows += scale_rows(result.loss_scale)
+        rows.append(("amp/skipped_steps", float(self._skipped)))
+        if result.grad_norm is not None:
+            rows.append(("amp/grad_norm", result.grad_norm))
+        if event.lr is not None:
+            rows.append(("amp/lr", event.lr))
+        self._out.add(event.step, int(time.time() * 1000), rows)
+
+    def flush(self) -> None:
+        """Write the buffered steps now (one device read)."""
+        if self._out is not None:
+            self._out.flush()
+
+    def close(self) -> None:
+        """Flush and close; steps after this are not logged. Idempotent."""
+        self._closed = True
+        if self._out is not None:
+            self._out.close()
+
+    @property
+    def dropped_steps(self) -> int:
+        """Steps that could not be written (full disk or file-size limit), 0 normally."""
+        return self._out.dropped if self._out is not None else 0
+
+    def __enter__(self) -> VisualDLHook:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
