@@ -15,7 +15,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Tuple
+from typing import Any, FrozenSet, Iterable, Mapping, Optional, Tuple
 
 from . import configfile, oplists
 
@@ -120,6 +120,7 @@ class AmpConfig:
     hysteresis: str = "consecutive"
     max_consecutive_skips: Optional[int] = None
     on_collapse: str = "warn"
+    _given: FrozenSet[str] = dataclasses.field(default=frozenset(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -158,14 +159,22 @@ class AmpConfig:
         for name in ("incr_every_n_steps", "decr_every_n_nan_or_inf", "max_consecutive_skips"):
             if getattr(self, name) is not None:
                 put(self, name, int(getattr(self, name)))
+        put(self, "_given", frozenset(f.name for f in _settings() if getattr(self, f.name) != f.default))
+
+    @property
+    def given(self) -> FrozenSet[str]:
+        """The keys this config sets, which routing applies over a caller's arguments.
+
+        Read by :meth:`from_dict` or :meth:`from_file`: the keys the mapping or file has; changed
+        by :meth:`replace`: those keys too; built in code: the keys whose value is not the default.
+        """
+        return self._given
 
     # ------------------------------------------------------------------ conversions
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (lists for op names); ``from_dict`` of it gives an equal config."""
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name.startswith("_"):
-                continue
+        for f in _settings():
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
@@ -175,22 +184,29 @@ class AmpConfig:
         """Build from a mapping; unknown keys are an error with the closest real key."""
         if not isinstance(data, Mapping):
             raise TypeError(f"AmpConfig.from_dict expects a mapping. Received: {_describe(data)}")
-        known = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+        known = [f.name for f in _settings()]
         for key in data:
             if key not in known:
                 hint = difflib.get_close_matches(str(key), known, n=1)
                 suggestion = f" Did you mean {hint[0]!r}?" if hint else f" Known keys: {known}."
                 raise ValueError(f"Unknown AmpConfig key {key!r}.{suggestion}")
-        return cls(**dict(data))
+        config = cls(**dict(data))
+        object.__setattr__(config, "_given", frozenset(data))
+        return config
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
 
-    def to_toml(self) -> str:
-        """TOML text with the settings at top level (``None`` values are left out)."""
+    def to_toml(self, keys: Optional[Iterable[str]] = None) -> str:
+        """TOML text with the settings at top level (``None`` values are left out).
+
+        Args:
+            keys: only these settings (``config.given``: the ones the config sets), else all.
+        """
+        only = None if keys is None else set(keys)
         lines = []
         for key, value in self.to_dict().items():
-            if value is None:
+            if value is None or (only is not None and key not in only):
                 continue
             lines.append(f"{key} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"
@@ -216,8 +232,15 @@ class AmpConfig:
 
     # ------------------------------------------------------------------ derived values
     def replace(self, **changes: Any) -> AmpConfig:
-        """A copy with ``changes`` applied (validated)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` applied (validated); its :attr:`given` adds the changed keys."""
+        config = dataclasses.replace(self, **changes)
+        object.__setattr__(config, "_given", self._given | config._given | frozenset(changes))
+        return config
+
+
+def _settings() -> Tuple[dataclasses.Field, ...]:
+    """AmpConfig's settings (its public fields)."""
+    return tuple(f for f in dataclasses.fields(AmpConfig) if not f.name.startswith("_"))
 
 
 def validate_scaling(

@@ -69,3 +69,35 @@ def fp16(values):
     """``values`` as float16 stores them (numpy's conversion), as float32."""
     with np.errstate(over="ignore"):
         return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def run_trainer_check(variable: str, script: str, out) -> tuple:
+    """Run ``tests/SCRIPT OUT`` with the toolkit venv's Python that the environment ``variable``
+    names (scripts/test builds the venv and sets it); returns (its last stdout line as JSON, its
+    stderr). Without the variable: skip, or under CI=true fail."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    python = os.environ.get(variable)
+    if not python:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run {script}: {variable} is not set")
+        pytest.skip(f"{variable} is not set (bash scripts/test builds the toolkit's venv)")
+    proc = subprocess.run([python, str(Path(__file__).parent / script), str(out)], capture_output=True, text=True,
+                          timeout=600, cwd=out)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+#: A script's first lines: ``model``, one TransformerEncoderLayer whose attention logits reach 80000
+#: (q and k projections at 100), beyond float16's range (doctor and advisor scripts build on it).
+ATTENTION_MODEL_SCRIPT = """
+import paddle
+paddle.seed(0)
+layer = paddle.nn.TransformerEncoderLayer(d_model=64, nhead=1, dim_feedforward=64, dropout=0.0)
+for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+    proj.weight.set_value(paddle.zeros_like(proj.weight))
+    proj.bias.set_value(paddle.full_like(proj.bias, 100.0))
+model = paddle.nn.Sequential(layer)
+"""

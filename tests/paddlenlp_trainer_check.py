@@ -16,57 +16,15 @@ import paddle
 import paddle_amp_ext as amp
 
 amp.route()  # before paddlenlp.trainer binds paddle.amp.auto_cast and builds its GradScaler
-from paddlenlp.trainer import Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+from paddlenlp.trainer import Trainer, TrainingArguments  # noqa: E402
 from paddlenlp.transformers import BertConfig, BertForSequenceClassification  # noqa: E402
+from trainer_callbacks import Poison, StopAt, TokenIds  # noqa: E402
 
 from paddle_amp_ext.integrations.paddlenlp import AmpCallback  # noqa: E402
 
 OUT = sys.argv[1]
 POISON = {2, 5}  # optimizer steps (1-based) whose gradients are made inf
 logging.getLogger("paddle_amp_ext").setLevel(logging.WARNING)
-
-
-class Data(paddle.io.Dataset):
-    def __init__(self, n=32):
-        rng = np.random.default_rng(0)
-        self.ids = rng.integers(1, 90, size=(n, 12)).astype("int64")
-        self.labels = rng.integers(0, 2, size=(n,)).astype("int64")
-
-    def __len__(self):
-        return len(self.ids)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.labels[i]}
-
-
-class StopAt(TrainerCallback):
-    """An interrupted run: the same schedule as the whole run, stopped after a checkpoint."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.step:
-            control.should_save = True
-            control.should_training_stop = True
-
-
-class Poison(TrainerCallback):
-    """An injected overflow: inf gradients before the optimizer step of the chosen steps."""
-
-    def __init__(self, model):
-        self.model, self.seen = model, []
-
-    def on_optimizer_begin(self, args, state, control, scaler=None, **kwargs):
-        if state.global_step + 1 in POISON:
-            with paddle.no_grad():
-                grad = next(p for p in self.model.parameters() if p.grad is not None)._grad_ivar()
-                paddle.assign(paddle.full_like(grad, float("inf")), output=grad)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        opt = kwargs["optimizer"]
-        self.seen.append({"step": state.global_step, "lr": float(opt.get_lr()),
-                          "last_epoch": kwargs["lr_scheduler"].last_epoch})
 
 
 def train(output_dir, max_steps, resume=None, stop_at=None):
@@ -85,9 +43,9 @@ def _train(output_dir, max_steps, resume, stop_at):
                              lr_scheduler_type="linear", warmup_steps=0, logging_steps=1, save_steps=1000,
                              logging_dir=os.path.join(output_dir, "vdl"), report_to=["visualdl"], seed=0,
                              disable_tqdm=True, dataloader_drop_last=True, device="cpu")
-    poison = Poison(model)
+    poison = Poison(model, POISON)
     callbacks = [poison, AmpCallback()] + ([StopAt(stop_at)] if stop_at else [])
-    trainer = Trainer(model=model, args=args, train_dataset=Data(), callbacks=callbacks)
+    trainer = Trainer(model=model, args=args, train_dataset=TokenIds(classes=2), callbacks=callbacks)
     assert isinstance(trainer.scaler, amp.GradScaler), type(trainer.scaler)
     with amp.fp16_emulation(model):
         trainer.train(resume_from_checkpoint=resume)

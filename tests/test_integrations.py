@@ -107,19 +107,56 @@ def test_a_thread_started_inside_a_routed_block_uses_that_routing():
         assert routing.scalers == built and built[0]._max_consecutive_skips == 4
 
 
-def test_a_config_fills_in_what_the_caller_leaves_at_paddles_defaults():
-    config = amp.AmpConfig(custom_black_list=["softmax"], max_consecutive_skips=3, on_collapse="raise")
+def test_a_config_applies_every_key_it_sets_and_leaves_the_rest_to_the_caller(caplog):
+    config = amp.AmpConfig(custom_black_list=["softmax"], max_consecutive_skips=3, on_collapse="raise",
+                           init_loss_scaling=2.0**12, incr_every_n_steps=7)
     built = []
     with amp.routed(config, on_scaler=built.append):
-        default = paddle.amp.GradScaler(init_loss_scaling=2.0**12)
-        explicit = paddle.amp.GradScaler(max_consecutive_skips=5)
-        with paddle.amp.auto_cast():
+        default = paddle.amp.GradScaler()
+        explicit = paddle.amp.GradScaler(True, 2.0**5, max_consecutive_skips=5, decr_ratio=0.25)  # positional too
+        with paddle.amp.auto_cast(custom_black_list={"reduce_sum"}):  # a set, as PaddleFormers passes
             _, black = _compat.tracer_op_lists()
     assert built == [default, explicit]
-    assert default._max_consecutive_skips == 3 and default._on_collapse == "raise"
-    assert default.state_dict()["scale"][0] == 2.0**12, "the caller's own arguments win"
-    assert explicit._max_consecutive_skips == 5
-    assert "softmax" in black
+    for scaler in built:  # the config's keys, whatever the script passed
+        assert (scaler._max_consecutive_skips, scaler._on_collapse) == (3, "raise")
+        assert (scaler.state_dict()["scale"][0], scaler._incr_every_n_steps) == (2.0**12, 7)
+    assert explicit._decr_ratio == 0.25, "a key the config leaves at its default stays the caller's"
+    assert {"softmax", "reduce_sum"} <= black, "op lists are merged"
+    replaced = sorted(r.getMessage() for r in caplog.records if "replaces" in r.getMessage())
+    assert replaced == [
+        "The AMP config's init_loss_scaling=4096.0 replaces the init_loss_scaling=32.0 passed to paddle.amp.GradScaler.",
+        "The AMP config's max_consecutive_skips=3 replaces the max_consecutive_skips=5 passed to "
+        "paddle.amp.GradScaler."]
+
+
+def _kept(model):
+    from paddle_amp_ext.keep import is_kept_fp32
+
+    return sorted(name for name, layer in model.named_sublayers() if is_kept_fp32(layer))
+
+
+def test_a_configs_fp32_layers_are_kept_in_the_first_called_model_or_the_decorated_one():
+    def net():
+        return paddle.nn.Sequential(paddle.nn.Linear(2, 4), paddle.nn.ReLU(), paddle.nn.Linear(4, 2))
+
+    config = amp.AmpConfig(fp32_layers=["2"])
+    first, second = net(), net()
+    with amp.routed(config):
+        first(paddle.ones([1, 2]))  # the first top-level layer call: the model doctor --advise measured
+        second(paddle.ones([1, 2]))
+    assert (_kept(first), _kept(second)) == (["2"], [])
+    assert paddle.nn.Layer.__call__ is ORIGINALS_CALL
+    decorated, called = net(), net()
+    with amp.routed(config):
+        paddle.amp.decorate(decorated, level="O1")
+        called(paddle.ones([1, 2]))
+    assert (_kept(decorated), _kept(called)) == (["2"], [])
+    with amp.routed(amp.AmpConfig(fp32_layers=["head"])):
+        with pytest.raises(ValueError, match=r"fp32_layers names 'head', which the model does not have: No sublayer"):
+            net()(paddle.ones([1, 2]))
+
+
+ORIGINALS_CALL = paddle.nn.Layer.__call__
 
 
 def test_routed_paddle_loop_skips_nan_steps_that_paddle_would_apply():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import paddle
 import pytest
-from helpers import in_another_thread
+from helpers import ATTENTION_MODEL_SCRIPT, in_another_thread
 
 import paddle_amp_ext as amp
 from paddle_amp_ext.rehearsal import ops
@@ -121,14 +121,7 @@ def test_overflow_watch_names_a_functional_op_when_a_step_overflows(caplog_amp):
     assert "op 'matmul_v2' in layer 'self_attn'" in caplog_amp.text
 
 
-ATTENTION_SCRIPT = """
-import paddle
-paddle.seed(0)
-layer = paddle.nn.TransformerEncoderLayer(d_model=64, nhead=1, dim_feedforward=64, dropout=0.0)
-for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
-    proj.weight.set_value(paddle.zeros_like(proj.weight))
-    proj.bias.set_value(paddle.full_like(proj.bias, 100.0))
-model = paddle.nn.Sequential(layer)
+ATTENTION_SCRIPT = ATTENTION_MODEL_SCRIPT + """
 try:
     model(paddle.rand([2, 4, 64])).mean().backward()
 except Exception:

@@ -8,27 +8,20 @@ under fp16 rehearsal with an injected overflow at optimizer steps 2 and 5.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import run_trainer_check
 
 PYTHON = os.environ.get("PADDLE_AMP_EXT_PADDLENLP_PYTHON")
 
 
 @pytest.fixture(scope="module")
 def trainer_run(tmp_path_factory):
-    if not PYTHON:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the PaddleNLP Trainer test: PADDLE_AMP_EXT_PADDLENLP_PYTHON is not set")
-        pytest.skip("PADDLE_AMP_EXT_PADDLENLP_PYTHON is not set (bash scripts/test builds .venv-paddlenlp)")
-    out = tmp_path_factory.mktemp("paddlenlp")
-    script = Path(__file__).parent / "paddlenlp_trainer_check.py"
-    proc = subprocess.run([PYTHON, str(script), str(out)], capture_output=True, text=True, timeout=600, cwd=out)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+    return run_trainer_check("PADDLE_AMP_EXT_PADDLENLP_PYTHON", "paddlenlp_trainer_check.py",
+                             tmp_path_factory.mktemp("paddlenlp"))
 
 
 @pytest.mark.slow

@@ -99,7 +99,8 @@ def _advise(args: argparse.Namespace) -> int:
     advice = advise(model, *inputs, dtype=args.dtype)
     try:
         with open(args.advise, "w", encoding="utf-8") as out:
-            out.write(advice.to_config().to_toml())
+            proposal = advice.to_config()
+            out.write(proposal.to_toml(keys=proposal.given))  # what it proposes: run --config applies each key
     except OSError as exc:
         return fail(PROG, f"cannot write --advise {args.advise!r}: {exc}")
     data = {"dtype": advice.dtype, "fp32_layers": list(advice.fp32_layers), "clean": advice.clean,

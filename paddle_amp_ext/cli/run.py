@@ -15,7 +15,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import shutil
 import sys
+import tempfile
 from typing import Any, Dict, List, Optional
 
 from . import UsageError, fail, parse, report_script_end
@@ -59,6 +62,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_logdir(logdir: str) -> None:
+    """Raise UsageError naming ``logdir`` unless the hooks can write their run directories there.
+
+    Probes for real, as the hooks would write, without leaving anything behind: a temporary
+    folder is made and removed in ``logdir``, or in its nearest existing parent when it does not
+    exist yet (permission bits alone do not say it: root passes ``os.access`` on a read-only
+    file system).
+    """
+    fix = "pass a writable folder, or --no-log"
+    existing = os.path.abspath(logdir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == os.path.abspath(logdir) else f"lies under the file {existing!r}"
+        raise UsageError(f"--logdir {logdir!r} {where}, not a folder for the VisualDL logs: {fix}.")
+    try:
+        shutil.rmtree(tempfile.mkdtemp(prefix=".paddle_amp_ext-probe-", dir=existing))
+    except OSError as exc:
+        raise UsageError(f"--logdir {logdir!r} is not writable ({existing!r}: {exc.strerror or exc}): {fix}.") from None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from ..config import AmpConfig
     from ..integrations.routing import routed
@@ -69,6 +93,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = parse(parser, argv)
         check_script(args.script)
         config = AmpConfig.from_file(args.config) if args.config else None
+        if not args.no_log:
+            check_logdir(args.logdir)
     except UsageError as exc:
         return fail(PROG, str(exc))
     except (OSError, ValueError, TypeError) as exc:

@@ -3,7 +3,8 @@
 - :mod:`.routing`: make ``paddle.amp``'s ``GradScaler``, ``auto_cast`` and ``decorate`` be this
   package's, reversibly, for code you do not own (toolkits, hapi, unmodified scripts).
 - :mod:`.hapi`: ``paddle.Model.fit`` helpers.
-- :mod:`.paddlenlp`: a PaddleNLP ``TrainerCallback`` (imports PaddleNLP; not imported here).
+- :mod:`.paddlenlp` (also as :mod:`.paddleformers`): a ``TrainerCallback`` for PaddleFormers' or
+  PaddleNLP's Trainer, whichever is installed (imports it; not imported here).
 """
 
 from __future__ import annotations

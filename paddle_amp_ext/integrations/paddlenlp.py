@@ -1,63 +1,138 @@
-"""PaddleNLP's ``Trainer`` with this package: the AMP tags next to the Trainer's own VisualDL logs.
+"""PaddleFormers' or PaddleNLP's ``Trainer`` with this package: the AMP tags next to the Trainer's own VisualDL logs.
 
 Three lines (the Trainer builds ``paddle.amp.GradScaler`` in its constructor and binds
-``paddle.amp.auto_cast`` when ``paddlenlp.trainer`` is imported, so route first)::
+``paddle.amp.auto_cast`` when its ``trainer`` module is imported, so route first)::
 
     import paddle_amp_ext as amp
-    amp.route()                                              # before importing paddlenlp.trainer
+    amp.route()                                              # before importing paddleformers.trainer
     trainer = Trainer(..., callbacks=[AmpCallback()])        # from paddle_amp_ext.integrations.paddlenlp
 
 The Trainer reads ``_cache_found_inf`` / ``_cache_founf_inf`` right after ``scaler.step()`` to
 decide whether the optimizer ran (and so whether to step the LR scheduler); this package's
 scaler sets them after every step, so every skipped step is seen.
 
-Imports PaddleNLP; the package never imports this module itself.
+PaddleFormers (the successor, Paddle 3) and PaddleNLP share the callback interface: the
+callback is a ``TrainerCallback`` of whichever is installed (the one already imported when both
+are, else PaddleFormers). Importing this module imports that toolkit's ``trainer`` module; the
+package never imports this module itself.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any, Optional
-
-from paddlenlp.trainer import TrainerCallback
 
 from .._log import warn_once
 from ..scaler import GradScaler
 from ..visualdl import VisualDLHook
 from ..visualdl.writer import check_flush_bounds
 
+#: The toolkits whose ``trainer.TrainerCallback`` the callback can be, in order of preference.
+TOOLKITS = ("paddleformers", "paddlenlp")
+
+
+def _trainer_callback_class() -> type:
+    """``TrainerCallback`` of the toolkit already imported, else of the first one that imports."""
+    order = sorted(TOOLKITS, key=lambda name: name not in sys.modules)  # stable: preference kept within each group
+    errors = []
+    for name in order:
+        try:
+            return importlib.import_module(f"{name}.trainer").TrainerCallback
+        except ImportError as exc:
+            errors.append(f"{name}: {exc}")
+    raise ImportError("paddle_amp_ext.integrations.paddlenlp needs PaddleFormers or PaddleNLP: "
+                      "pip install paddleformers (Paddle 3) or paddlenlp. " + "; ".join(errors))
+
+
+TrainerCallback = _trainer_callback_class()
+
 
 class AmpCallback(TrainerCallback):
-    """Attach a :class:`paddle_amp_ext.VisualDLHook` to the Trainer's scaler.
+    """The AMP tags for the Trainer's steps, and the non-finite guard where the Trainer has no scaler.
+
+    With loss scaling (``fp16=True``) the Trainer's scaler is this package's (route first): a
+    :class:`paddle_amp_ext.VisualDLHook` is attached to it. Without (``bf16=True``, or float32),
+    the Trainer calls ``optimizer.step()`` and ``lr_scheduler.step()`` itself, so before the first
+    step the callback guards its optimizer with :func:`paddle_amp_ext.guard_optimizer` (a step
+    whose gradients hold inf/nan is not applied, and is counted), makes its LR scheduler's
+    ``step`` hold on a skipped step (as the Trainer does itself with a scaler) and attaches the
+    hook to the guard; both are undone at the end of training. ``amp/loss`` is not logged there
+    (no scaler sees the loss).
 
     Args:
         logdir: where the hook writes its run directory; default the Trainer's
             ``args.logging_dir`` (beside the Trainer's own VisualDL records).
         flush_every, flush_secs: the hook's write bounds (after this many steps or seconds).
+        guard: guard the optimizer of a Trainer without a scaler (one host sync per step).
 
-    The hook logs every :data:`paddle_amp_ext.visualdl.TAGS` tag, ``amp/loss_scale`` included.
+    The hook logs every :data:`paddle_amp_ext.visualdl.TAGS` tag, ``amp/loss_scale`` included
+    (but ``amp/loss`` on the guard).
     """
 
-    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 30.0) -> None:
+    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 30.0,
+                 guard: bool = True) -> None:
         check_flush_bounds(flush_every, flush_secs)
-        self.logdir, self.flush_every, self.flush_secs = logdir, flush_every, flush_secs
+        self.logdir, self.flush_every, self.flush_secs, self.guard = logdir, flush_every, flush_secs, guard
         self.hook: Any = None
-        self._scaler: Any = None
+        self.optimizer_guard: Any = None  # the guard this callback put on the Trainer's optimizer
+        self._source: Any = None  # the scaler or guard the hook is attached to
+        self._held: Any = None  # (scheduler, its replaced step) while held
 
     def on_optimizer_begin(self, args: Any, state: Any, control: Any, scaler: Any = None, **kwargs: Any) -> None:
-        if scaler is None or scaler is self._scaler:
-            return
-        if not isinstance(scaler, GradScaler):
-            warn_once("paddlenlp:not-routed", "AmpCallback: the Trainer's scaler is Paddle's %s, so no AMP tags are "
-                      "logged: call paddle_amp_ext.route() before importing paddlenlp.trainer.", type(scaler).__name__)
-            return
-        if self.hook is not None:
-            self.hook.close()
-        self._scaler = scaler
-        self.hook = scaler.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every,
+        if scaler is None:
+            optimizer = kwargs.get("optimizer")
+            if not self.guard or optimizer is None or (self.optimizer_guard is not None
+                                                       and self.optimizer_guard.optimizer is optimizer):
+                return
+            from ..guard import guard_optimizer
+
+            self._end_guard()
+            self.optimizer_guard = guard_optimizer(optimizer)
+            if kwargs.get("lr_scheduler") is not None:
+                self._hold(kwargs["lr_scheduler"], self.optimizer_guard)
+            self._attach(self.optimizer_guard, args)
+        elif scaler is not self._source:
+            if not isinstance(scaler, GradScaler):
+                warn_once("paddlenlp:not-routed", "AmpCallback: the Trainer's scaler is Paddle's %s, so no AMP tags "
+                          "are logged: call paddle_amp_ext.route() before importing the Trainer "
+                          "(paddleformers.trainer or paddlenlp.trainer).", type(scaler).__name__)
+                return
+            self._attach(scaler, args)
+
+    def _attach(self, source: Any, args: Any) -> None:
+        self._close_hook()
+        self._source = source
+        self.hook = source.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every,
                                                  flush_secs=self.flush_secs))
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def _close_hook(self) -> None:
         if self.hook is not None:
             self.hook.close()
-            self._scaler.remove_hook(self.hook)
-            self.hook = self._scaler = None
+            self._source.remove_hook(self.hook)
+            self.hook = self._source = None
+
+    def _hold(self, scheduler: Any, guard: Any) -> None:
+        """Replace ``scheduler.step`` (on this object) by one that does nothing after a skipped guarded step."""
+        original = scheduler.step
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            if guard.active and guard.last_step_skipped:
+                return None
+            return original(*args, **kwargs)
+
+        scheduler.step = step
+        self._held = (scheduler, step)
+
+    def _end_guard(self) -> None:
+        if self.optimizer_guard is not None:
+            self.optimizer_guard.remove()
+        if self._held is not None:
+            scheduler, step = self._held
+            if vars(scheduler).get("step") is step:
+                del scheduler.step
+            self._held = None
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._close_hook()
+        self._end_guard()

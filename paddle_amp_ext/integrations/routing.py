@@ -5,7 +5,9 @@ Toolkits (PaddleNLP's Trainer, hapi's ``Model.fit``, the suites' ``tools/train.p
 by attribute. While routed, those attributes (and ``amp_guard``, ``amp_decorate``, ``AmpScaler``)
 are this package's: validated op lists, the compute-capability gate, the non-finite guard,
 collapse detection and hooks, with no edit to the toolkit. Code that imported the names before
-routing (``from paddle.amp import GradScaler`` at import time) keeps Paddle's.
+routing (``from paddle.amp import GradScaler`` at import time) keeps Paddle's. A routing's config
+applies to those calls as :mod:`.overrides` says: every key it sets (``config.given``) is applied,
+``fp32_layers`` too.
 
 Example:
     >>> import paddle_amp_ext as amp
@@ -24,11 +26,10 @@ import paddle
 
 from .. import autocast, legacy, scaler
 from ..config import AmpConfig
+from . import overrides
 
 #: The ``paddle.amp`` attributes routing replaces.
 ROUTED_NAMES = ("GradScaler", "AmpScaler", "auto_cast", "amp_guard", "decorate", "amp_decorate")
-#: Our GradScaler keywords a config fills in when the caller did not pass them.
-_SCALER_EXTRAS = ("min_loss_scaling", "max_loss_scaling", "hysteresis", "max_consecutive_skips", "on_collapse")
 
 _lock = threading.Lock()
 _active: List[Routing] = []  # every routing not yet undone, oldest first
@@ -44,8 +45,9 @@ class Routing:
     the one entered last.
 
     Attributes:
-        config: the :class:`AmpConfig` whose op lists, dtype, level and scaler extras fill in
-            what the caller leaves at Paddle's defaults (explicit arguments win), or None.
+        config: the :class:`AmpConfig` applied to the calls (:mod:`.overrides`: the keys it
+            sets replace the caller's arguments, op lists are merged, ``fp32_layers`` are kept
+            in float32), or None.
         scalers: every GradScaler built through ``paddle.amp`` under this routing (weakly held).
         replacements: what ``paddle.amp``'s names are while routed (the same for every routing).
     """
@@ -59,6 +61,8 @@ class Routing:
         self._on_scaler = on_scaler
         self._scalers: List[weakref.ref] = []
         self._thread = threading.get_ident()
+        self._first_call = overrides.FirstCall(config.fp32_layers) if config is not None and config.fp32_layers \
+            else None
         self.replacements = REPLACEMENTS
 
     @property
@@ -70,21 +74,10 @@ class Routing:
         if self._on_scaler is not None:
             self._on_scaler(new)
 
-    def _scaler_kwargs(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        if self.config is not None:
-            for key in _SCALER_EXTRAS:
-                kwargs.setdefault(key, getattr(self.config, key))
-        return kwargs
-
-    def _cast_kwargs(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        cfg = self.config
-        if cfg is not None:
-            if kwargs.get("custom_white_list") is None and cfg.custom_white_list:
-                kwargs["custom_white_list"] = cfg.custom_white_list
-            if kwargs.get("custom_black_list") is None and cfg.custom_black_list:
-                kwargs["custom_black_list"] = cfg.custom_black_list
-            if kwargs.get("dtype", "float16") == "float16":
-                kwargs["dtype"] = cfg.dtype
+    def _decorate_kwargs(self, args: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        kwargs = overrides.decorate_kwargs(self.config, args, kwargs)
+        if self._first_call is not None:
+            self._first_call.done = True  # the models are known: the first call's guess is not needed
         return kwargs
 
     def undo(self) -> None:
@@ -98,6 +91,8 @@ class Routing:
                 raise RuntimeError("This routing was undone already (a second undo(), or unroute() after the "
                                    "`with routed()` block ended it): undo each routing once.")
             _active[:] = [active for active in _active if active is not self]
+            if self._first_call is not None:
+                self._first_call.uninstall()
             if not _active:
                 _restore()
 
@@ -115,14 +110,13 @@ def _current() -> Optional[Routing]:
         return (mine or _active or [None])[-1]
 
 
-_CAST_NAMES = ("enable", "custom_white_list", "custom_black_list", "level", "dtype", "use_promote")
-
-
 def _build_scaler(new: Any, init: Callable[..., None], args: tuple, kwargs: Dict[str, Any]) -> None:
     routing = _current()  # None: the class was kept and called after the last undo
-    init(*args, **(kwargs if routing is None else routing._scaler_kwargs(kwargs)))
-    if routing is not None:
-        routing._built(new)
+    if routing is None:
+        init(*args, **kwargs)
+        return
+    init(**overrides.scaler_kwargs(routing.config, args, kwargs))
+    routing._built(new)
 
 
 class _GradScaler(scaler.GradScaler):
@@ -140,13 +134,17 @@ class _AmpScaler(legacy.AmpScaler):
 
 
 def _auto_cast(*args: Any, **kwargs: Any) -> Any:
-    kwargs.update(zip(_CAST_NAMES, args))
     routing = _current()
-    return autocast.auto_cast(**(kwargs if routing is None else routing._cast_kwargs(kwargs)))
+    if routing is None:
+        return autocast.auto_cast(*args, **kwargs)
+    return autocast.auto_cast(**overrides.cast_kwargs(routing.config, args, kwargs))
 
 
 def _decorate(*args: Any, **kwargs: Any) -> Any:
-    return autocast.decorate(*args, **kwargs)
+    routing = _current()
+    if routing is None:
+        return autocast.decorate(*args, **kwargs)
+    return autocast.decorate(**routing._decorate_kwargs(args, kwargs))
 
 
 for _replacement, _original in ((_GradScaler, scaler.GradScaler), (_AmpScaler, legacy.AmpScaler)):
@@ -183,8 +181,9 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
     is undone, in whatever order (see :class:`Routing` for which config a call uses).
 
     Args:
-        config: an :class:`AmpConfig` filling in op lists, dtype and scaler extras
-            (``max_consecutive_skips``, bounds, ...) where the caller passes Paddle's defaults.
+        config: an :class:`AmpConfig` applied to the calls: every key it sets
+            (``config.given``) replaces the caller's argument (op lists merged, ``fp32_layers``
+            kept in float32; see :mod:`paddle_amp_ext.integrations.overrides`).
         on_scaler: called with every GradScaler built while routed (e.g. to add hooks).
 
     Returns:
@@ -199,6 +198,8 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
         if not _active:
             _install()
         _active.append(routing)
+        if routing._first_call is not None:
+            routing._first_call.install()
     return routing
 
 
