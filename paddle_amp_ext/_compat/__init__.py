@@ -9,12 +9,15 @@ code):
 - :mod:`.scaler`: ``paddle.amp.GradScaler`` internals (``_unscale``, the per-optimizer states,
   the flags Paddle programs read after ``step()``).
 - :mod:`.optimizer`: optimizer parameters, gradient tensors, fused norm kernels, hapi's scaler.
+- :mod:`.layers`: how Paddle's layers reach their kernels on a GPU (the conv functions, ``F.linear``,
+  which parameters ``decorate(level="O2")`` casts).
 - :mod:`.kernels`: float16 rounding by ``paddle._C_ops`` kernels, or by the compiled one-pass
   kernel (:mod:`paddle_amp_ext._native`) through ``Tensor.data_ptr()``.
 """
 
 from __future__ import annotations
 
+from .layers import gpu_linear_is_fused, o2_low_precision_layers
 from .optimizer import grad_of, hapi_scaler, iter_grads, multiply_inplace, optimizer_parameters, squared_l2_norm
 from .scaler import (
     init_scaler_state,
@@ -54,6 +57,7 @@ __all__ = [
     "autocast_enabled",
     "default_op_lists",
     "gpu_amp_support",
+    "gpu_linear_is_fused",
     "grad_of",
     "hapi_scaler",
     "in_static_mode",
@@ -62,6 +66,7 @@ __all__ = [
     "iter_grads",
     "mark_stepped",
     "multiply_inplace",
+    "o2_low_precision_layers",
     "optimizer_parameters",
     "optimizer_stage",
     "paddle_auto_cast",
