@@ -72,13 +72,8 @@ EMULATED_DTYPES = ("float16", "bfloat16")
 #: ``F.relu``, ...; checked on 2.6.2 and 3.3.1): :mod:`.ops` rounds them, weights included, so they
 #: get no layer hooks.
 OP_LEVEL_LAYERS = frozenset({"Linear", "ReLU", "GELU", "Sigmoid", "Tanh", "Dropout", "Conv1D", "Conv2D", "Conv3D",
-                             "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Embedding"})
-#: Layers whose backward does not read their output: a large output is rounded in its own buffer.
-OUTPUT_UNREAD_LAYERS = frozenset({"BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
-#: Layers whose op Paddle's AMP decides by the input X alone and whose other inputs (scale,
-#: bias, running statistics) it never casts (``GetPromoteType``/``AmpAutoCast`` for
-#: ``batch_norm`` and ``layer_norm``).
-X_ONLY_LAYERS = frozenset({"LayerNorm", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
+                             "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Embedding", "LayerNorm",
+                             "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
 
 
 def quantize(tensor: Any, dtype: str = "float16") -> Any:
@@ -206,10 +201,10 @@ def _rehearsal_scope(dtype: str, lists: _state.Lists, custom: Tuple[Any, Any], p
 
 @contextlib.contextmanager
 def _hooked(model: paddle.nn.Layer, dtype: str) -> Iterator[None]:
-    """Hooks on the leaf layers reached only from C++ (norms, ``Bilinear``, ...), deciding at each
-    call by the lists in force: a white-listed one takes rounded inputs and weights and gives a
-    rounded output; one on the "follow the inputs" path gives a rounded output when its inputs
-    (and its own parameters, unless AMP looks at X alone) hold low-precision values."""
+    """Hooks on the leaf layers whose op is reached only from C++ (``GroupNorm``, ``Bilinear``,
+    ``Softmax``, ...), deciding at each call by the lists in force: a white-listed one takes
+    rounded inputs and weights and gives a rounded output; one on the "follow the inputs" path
+    gives a rounded output when its inputs and its own parameters hold low-precision values."""
     handles: List[Any] = []
     swap = WeightSwap(dtype)
 
@@ -223,28 +218,19 @@ def _hooked(model: paddle.nn.Layer, dtype: str) -> Iterator[None]:
             return None
         return ops.runs_low(names, lists)
 
-    def rounded_output(layer: Any, args: Tuple[Any, ...], output: Any) -> Any:
-        fresh = type(layer).__name__ in OUTPUT_UNREAD_LAYERS and not any(output is item for item in args)
-        return lowprec.rounded(output, dtype, in_place=fresh)
-
     def pre_hook(layer: Any, inputs: Any) -> Any:
         if not decide(layer):
             return None
-        if type(layer).__name__ not in X_ONLY_LAYERS:
-            swap.enter(layer)
+        swap.enter(layer)
         return lowprec.rounded(inputs, dtype)
 
     def post_hook(layer: Any, inputs: Any, output: Any) -> Any:
         swap.leave(layer)
         low = decide(layer)
         args = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
-        if low is None:
+        if low is None or not (low or (lowprec.all_low(args, dtype) and all(_own_parameters(layer, dtype)))):
             return None
-        if not low:
-            own = () if type(layer).__name__ in X_ONLY_LAYERS else _own_parameters(layer, dtype)
-            if not lowprec.all_low(args[:1] if type(layer).__name__ in X_ONLY_LAYERS else args, dtype) or not all(own):
-                return None
-        return rounded_output(layer, args, output)
+        return lowprec.rounded(output, dtype)
 
     for layer in model.sublayers(include_self=True):
         kind = type(layer).__name__

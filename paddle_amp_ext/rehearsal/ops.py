@@ -61,6 +61,8 @@ FUNCTIONS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("conv3d_transpose", ("conv3d_transpose",), COMPUTE),
     ("_conv_nd", ("conv2d",), COMPUTE),  # nn.Conv2D/Conv3D; the op type is its op_type argument
     ("embedding", ("lookup_table_v2",), MOVE),
+    ("layer_norm", ("layer_norm",), ARITH),  # nn.LayerNorm calls paddle.nn.layer.norm.layer_norm
+    ("batch_norm", ("batch_norm",), ARITH),  # nn.BatchNorm1D/2D/3D
     ("add", ("elementwise_add",), ARITH),
     ("subtract", ("elementwise_sub",), ARITH),
     ("multiply", ("elementwise_mul",), ARITH),
@@ -110,6 +112,10 @@ METHODS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("chunk", ("split",), MOVE),
 )
 
+#: Ops Paddle's AMP decides by the input X alone, casting none of the others (scale, bias,
+#: running statistics): ``GetPromoteType`` and ``AmpAutoCast`` for batch_norm and layer_norm.
+X_ONLY = frozenset({"batch_norm", "layer_norm"})
+
 #: Ops whose backward reads their own output: it is rounded into a new tensor, never in place.
 SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigmoid"})
 
@@ -118,7 +124,8 @@ SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigm
 NAMESPACES: Tuple[str, ...] = (
     "paddle", "paddle.tensor", "paddle.tensor.linalg", "paddle.tensor.math", "paddle.tensor.manipulation",
     "paddle.tensor.einsum", "paddle.nn.functional", "paddle.nn.functional.common",
-    "paddle.nn.functional.activation", "paddle.nn.functional.conv",
+    "paddle.nn.functional.activation", "paddle.nn.functional.conv", "paddle.nn.functional.norm",
+    "paddle.nn.layer.norm",
 )
 
 _lock = threading.Lock()
@@ -177,11 +184,15 @@ def _one_op(original: Callable, name: str, op_types: Tuple[str, ...], kind: str,
     dtype = _state.emulated_dtype()
     if any(op in lists.black for op in op_types):
         return original(*args, **kwargs)
+    x_only = name in X_ONLY  # the inputs AMP looks at and casts: X alone, or all
+    cast, rest = (args[:1], args[1:]) if x_only else (args, ())
     if runs_low(op_types, lists) and _state.in_scope():
-        args = lowprec.rounded(args, dtype)
-        kwargs = {k: lowprec.rounded(v, dtype) for k, v in kwargs.items()}
-    elif not lowprec.all_low((*args, *kwargs.values()), dtype):  # the "follow the inputs" rule
+        cast = lowprec.rounded(cast, dtype)
+        if not x_only:
+            kwargs = {k: lowprec.rounded(v, dtype) for k, v in kwargs.items()}
+    elif not lowprec.all_low((*cast, *(() if x_only else kwargs.values())), dtype):  # "follow the inputs"
         return original(*args, **kwargs)
+    args = (*cast, *rest)
     out = original(*args, **kwargs)
     if kind == MOVE:
         return lowprec.mark(out, dtype)
