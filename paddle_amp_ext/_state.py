@@ -16,6 +16,7 @@ rehearsal in two threads do not see each other's dtype. What is held:
 from __future__ import annotations
 
 import contextvars
+import sys
 from typing import Any, Callable, FrozenSet, NamedTuple, Optional, Tuple
 
 
@@ -95,8 +96,25 @@ def set_forwards(markers: Tuple[Any, ...]) -> None:
 
 def in_scope() -> bool:
     """Whether an op called now is in what a rehearsal rounds: the whole thread for
-    ``rehearse()``, a rehearsed model's forward for ``fp16_emulation(model)``."""
-    return bool(_forwards.get()) or any(r.thread_wide for r in _emulation.get())
+    ``rehearse()``, a rehearsed model's forward for ``fp16_emulation(model)`` (the markers
+    are the frames of those forwards: one that raised is dropped here once it is off the
+    caller's stack)."""
+    if any(r.thread_wide for r in _emulation.get()):
+        return True
+    running = _forwards.get()
+    if running and not on_stack(running[-1], sys._getframe(1)):
+        running = tuple(frame for frame in running if on_stack(frame, sys._getframe(1)))
+        _forwards.set(running)
+    return bool(running)
+
+
+def on_stack(frame: Any, current: Any) -> bool:
+    """Whether ``frame`` is ``current`` or one of its callers."""
+    while current is not None:
+        if current is frame:
+            return True
+        current = current.f_back
+    return False
 
 
 def listen_decorate(callback: Callable[..., None]) -> contextvars.Token:

@@ -29,8 +29,8 @@ def model_scope(model: paddle.nn.Layer) -> Iterator[None]:
     def pre(layer: Any, inputs: Any) -> None:
         frame = sys._getframe(1)  # Layer.__call__'s frame for this call
         running = _state.forwards()
-        if running and not _on_stack(running[-1], frame):
-            running = tuple(f for f in running if _on_stack(f, frame))
+        if running and not _state.on_stack(running[-1], frame):
+            running = tuple(f for f in running if _state.on_stack(f, frame))
         _state.set_forwards((*running, frame))
 
     def post(layer: Any, inputs: Any, output: Any) -> None:
@@ -51,14 +51,3 @@ def model_scope(model: paddle.nn.Layer) -> Iterator[None]:
         for handle in handles:
             handle.remove()
         _state.set_forwards(outer)
-
-
-def _on_stack(frame: Any, current: Any) -> bool:
-    """Whether ``frame`` is ``current`` or one of its callers."""
-    while current is not None:
-        if current is frame:
-            return True
-        current = current.f_back
-    return False
-
-
