@@ -62,8 +62,11 @@ def split(name: str, function: Callable, args: Tuple[Any, ...], kwargs: Dict[str
     than one op under AMP; None when it is one op (or the arguments do not bind)."""
     if name != "linear" and name not in CONVOLUTIONS:
         return None
-    if name == "linear" and gpu_linear_is_fused():
-        return None
+    if name == "linear":
+        if gpu_linear_is_fused():
+            return None
+        if len(args) == 3 and not kwargs:  # F.linear(x, weight, bias), as nn.Linear calls it
+            return Split(args[:2], {}, ("matmul_v2",), args[2], -1)
     try:
         bound = _signature(function).bind(*args, **kwargs)
     except TypeError:  # let Paddle raise its own error

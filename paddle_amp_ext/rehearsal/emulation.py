@@ -8,12 +8,15 @@ underflow, overflow and loss scaling can be rehearsed on a CPU. The real Paddle 
 machinery (``check_finite_and_unscale``, skip, update) runs inside the context.
 
 Ops are rounded where they are called (:mod:`.ops`): ``paddle.matmul``, ``@``, ``einsum``,
-``F.linear`` (so every ``nn.Linear``), ``F.conv2d``, and the "follow the inputs" ops after
-them (``add``, ``relu``, ``reshape``, ...). Leaf layers whose kernels are reached only from C++
-(``Conv2D``, ``BatchNorm2D``, ``Embedding``) are rounded by layer hooks: a white-listed one
-takes rounded inputs and weights and gives a rounded output; one on the "follow the inputs"
-path gives a rounded output when its inputs are low precision. The lists are those of the
-innermost ``auto_cast`` entered inside the rehearsal, else the rehearsal's own.
+``F.linear`` (so every ``nn.Linear``), the convolutions (so every ``Conv`` layer, the bias
+added in float32 as Paddle does, :mod:`.composite`), ``F.embedding``, ``layer_norm``,
+``batch_norm``, and the "follow the inputs" ops after them (``add``, ``relu``, ``reshape``,
+...). Leaf layers whose op is reached only from C++ (``GroupNorm``, ``Bilinear``) are rounded
+by layer hooks. Every rule is decided at each call, by the lists and level of the innermost
+``auto_cast`` entered inside the rehearsal, else the rehearsal's own; layers a
+``decorate(level="O2")`` marked hold fp16 parameters (:mod:`.pure`). ``fp16_emulation(model)``
+rounds white-listed ops inside ``model``'s forward only (:mod:`.scope`); :func:`rehearse`
+rounds the whole thread.
 
 This emulates storage range and rounding. It does not emulate kernel speed or the
 accumulation order and precision inside fp16 matmul/conv kernels.
