@@ -2,37 +2,74 @@
 
 Held in :class:`contextvars.ContextVar` s, so it belongs to the thread (or asyncio task) that
 entered ``fp16_emulation``: a scaler in another thread does not turn on, and an fp16 and a bf16
-rehearsal in two threads do not see each other's dtype. Three stacks:
+rehearsal in two threads do not see each other's dtype. What is held:
 
-- the active rehearsals: (dtype, white list, black list, level) of each ``fp16_emulation``;
-- the ``auto_cast`` contexts entered inside a rehearsal: (enable requested, lists, level), whose
+- the active rehearsals: dtype, :class:`Lists`, the custom lists they were given, and whether
+  they round the whole thread (``rehearse``) or only a model's forward (``fp16_emulation``);
+- the ``auto_cast`` contexts entered inside a rehearsal: (enable requested, lists), whose
   lists the op-level rehearsal follows;
-- float32 regions (layers kept by ``keep_fp32``), where nothing is rounded.
+- the forwards of rehearsed models running now (markers the rehearsal pushes and pops);
+- float32 regions (layers kept by ``keep_fp32``), where nothing is rounded;
+- who wants to hear of a ``decorate(level="O2")`` made inside a rehearsal.
 """
 
 from __future__ import annotations
 
 import contextvars
-from typing import FrozenSet, Optional, Tuple
+import sys
+from typing import Any, Callable, FrozenSet, NamedTuple, Optional, Tuple
 
-Lists = Tuple[FrozenSet[str], FrozenSet[str], str]  # (white, black, level)
 
-_emulation: contextvars.ContextVar[Tuple[Tuple[str, Lists], ...]] = contextvars.ContextVar(
+class Lists(NamedTuple):
+    """The op lists in force, the AMP level and ``use_promote`` (Paddle's O2 option: an op on
+    neither list runs in float32 when one of its inputs is float32; always so at O1)."""
+
+    white: FrozenSet[str]
+    black: FrozenSet[str]
+    level: str = "O1"
+    promote: bool = True
+
+
+class _Rehearsal(NamedTuple):
+    dtype: str
+    lists: Lists
+    custom: Tuple[Any, Any]  # the custom (white, black) lists the rehearsal was given
+    thread_wide: bool  # rehearse(): every op of the thread; fp16_emulation(model): its forward
+
+_emulation: contextvars.ContextVar[Tuple[_Rehearsal, ...]] = contextvars.ContextVar(
     "paddle_amp_ext_emulation", default=())
 _autocast: contextvars.ContextVar[Tuple[Tuple[bool, Lists], ...]] = contextvars.ContextVar(
     "paddle_amp_ext_autocast", default=())
 _fp32: contextvars.ContextVar[int] = contextvars.ContextVar("paddle_amp_ext_fp32", default=0)
+_forwards: contextvars.ContextVar[Tuple[Any, ...]] = contextvars.ContextVar("paddle_amp_ext_forwards", default=())
+_on_decorate: contextvars.ContextVar[Tuple[Callable[..., None], ...]] = contextvars.ContextVar(
+    "paddle_amp_ext_on_decorate", default=())
 
 
 def emulated_dtype() -> Optional[str]:
     """The dtype of the innermost active ``fp16_emulation`` context of this thread, or None."""
     stack = _emulation.get()
-    return stack[-1][0] if stack else None
+    return stack[-1].dtype if stack else None
 
 
-def push_emulation(dtype: str, lists: Lists = (frozenset(), frozenset(), "O1")) -> contextvars.Token:
-    """Enter a rehearsal of ``dtype`` with its own op lists; pass the token to :func:`pop_emulation`."""
-    return _emulation.set(_emulation.get() + ((dtype, lists),))
+def push_emulation(dtype: str, lists: Lists = Lists(frozenset(), frozenset()), custom: Tuple[Any, Any] = (None, None),
+                   thread_wide: bool = True) -> contextvars.Token:
+    """Enter a rehearsal of ``dtype`` with its own op lists (and the custom lists they came
+    from); ``thread_wide=False``: white-listed ops are rounded only inside the forwards of
+    :func:`enter_forward`. Pass the token to :func:`pop_emulation`."""
+    return _emulation.set(_emulation.get() + (_Rehearsal(dtype, lists, custom, thread_wide),))
+
+
+def rehearsal_custom_lists() -> Tuple[Any, Any]:
+    """The custom (white, black) lists the innermost rehearsal was given."""
+    stack = _emulation.get()
+    return stack[-1].custom if stack else (None, None)
+
+
+def rehearsal_level() -> Optional[Tuple[str, bool]]:
+    """(level, promote) of the innermost rehearsal, or None outside one."""
+    stack = _emulation.get()
+    return (stack[-1].lists.level, stack[-1].lists.promote) if stack else None
 
 
 def pop_emulation(token: contextvars.Token) -> None:
@@ -46,6 +83,68 @@ def push_autocast(enabled: bool, lists: Lists) -> contextvars.Token:
 
 def pop_autocast(token: contextvars.Token) -> None:
     _autocast.reset(token)
+
+
+def forwards() -> Tuple[Any, ...]:
+    """The markers of the rehearsed models' forwards running now, outermost first."""
+    return _forwards.get()
+
+
+def set_forwards(markers: Tuple[Any, ...]) -> None:
+    _forwards.set(markers)
+
+
+def in_scope() -> bool:
+    """Whether an op called now is in what a rehearsal rounds: the whole thread for
+    ``rehearse()``, a rehearsed model's forward for ``fp16_emulation(model)`` (the markers
+    are the frames of those forwards: one that raised is dropped here once it is off the
+    caller's stack)."""
+    if any(r.thread_wide for r in _emulation.get()):
+        return True
+    running = _forwards.get()
+    if running and not on_stack(running[-1], sys._getframe(1)):
+        running = tuple(frame for frame in running if on_stack(frame, sys._getframe(1)))
+        _forwards.set(running)
+    return bool(running)
+
+
+def on_stack(frame: Any, current: Any) -> bool:
+    """Whether ``frame`` is ``current`` or one of its callers."""
+    while current is not None:
+        if current is frame:
+            return True
+        current = current.f_back
+    return False
+
+
+def listen_decorate(callback: Callable[..., None]) -> contextvars.Token:
+    """``callback(layers)`` for the layers each ``decorate(level="O2")`` made in this thread
+    from now on marks (:func:`mark_o2`); pass the token to :func:`unlisten_decorate`."""
+    return _on_decorate.set(_on_decorate.get() + (callback,))
+
+
+def unlisten_decorate(token: contextvars.Token) -> None:
+    _on_decorate.reset(token)
+
+
+#: The attribute ``decorate(level="O2")`` sets on each layer whose parameters it would cast,
+#: where AMP cannot run: (dtype, master_weight).
+O2_MARK = "_paddle_amp_ext_o2"
+
+
+def mark_o2(layers: Any, dtype: str, master_weight: bool) -> None:
+    """Mark ``layers`` as holding ``dtype`` parameters (``decorate(level="O2")`` where AMP cannot
+    run), and tell the rehearsals of this thread listening (:func:`listen_decorate`)."""
+    layers = list(layers)
+    for layer in layers:
+        layer.__dict__[O2_MARK] = (dtype, bool(master_weight))
+    for callback in _on_decorate.get():
+        callback(layers)
+
+
+def o2_dtype(layer: Any) -> Optional[Tuple[str, bool]]:
+    """(dtype, master_weight) of a layer ``decorate(level="O2")`` marked, else None."""
+    return layer.__dict__.get(O2_MARK)
 
 
 def enter_fp32() -> contextvars.Token:
@@ -67,4 +166,4 @@ def rehearsed_lists() -> Optional[Lists]:
     if casts:
         enabled, lists = casts[-1]
         return lists if enabled else None
-    return stack[-1][1]
+    return stack[-1].lists

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Iterable, Iterator, Optional, Tuple
 
 import paddle
@@ -120,11 +121,18 @@ def _auto_cast(
         dtype=run_dtype,
         use_promote=use_promote,
     ):
-        if _state.emulated_dtype() is None or _compat.in_static_mode() or (requested and not (white or black)):
-            yield  # no custom lists: the rehearsal's own lists stay in force
+        if _state.emulated_dtype() is None or _compat.in_static_mode():
+            yield
             return
-        lists = _compat.tracer_op_lists()  # Paddle installed them, enable=False or not
-        token = _state.push_autocast(bool(requested), (*lists, level))  # the op-level rehearsal follows them
+        if requested and not (white or black):
+            if _state.rehearsal_level() == (level, use_promote):
+                yield  # no custom lists, the rehearsal's level: its own lists stay in force
+                return
+            lists = _lists_at(run_dtype, level, *_state.rehearsal_custom_lists())  # its lists at this level
+        else:
+            lists = _compat.tracer_op_lists()  # Paddle installed them, enable=False or not
+        # the op-level rehearsal follows them
+        token = _state.push_autocast(bool(requested), _state.Lists(*lists, level, bool(use_promote)))
         try:
             yield
         finally:
@@ -187,6 +195,13 @@ def auto_cast(
     )
 
 
+@functools.lru_cache(maxsize=32)
+def _lists_at(dtype: str, level: str, white: Tuple[str, ...], black: Tuple[str, ...]) -> Tuple[frozenset, frozenset]:
+    """A rehearsal's custom lists at another level (an ``auto_cast(level="O2")`` inside an O1
+    rehearsal), computed once."""
+    return effective_op_lists(dtype, level, None, white, black)
+
+
 def effective_op_lists(dtype: str, level: str = "O1", config: Optional[AmpConfig] = None,
                        custom_white_list: Any = None, custom_black_list: Any = None
                        ) -> Tuple[frozenset, frozenset]:
@@ -229,16 +244,19 @@ def decorate(
         for model in model_list:
             keep_fp32(model, config.fp32_layers)
     enable, run_dtype = resolve_precision(enable, dtype)
-    if not enable:
-        if level == "O2":
-            warn_once("decorate:fp32", "decorate(level='O2') leaves parameters in float32: AMP cannot run here.")
-        return models if optimizers is None else (models, optimizers)
     marked = [s for m in model_list for _, s in m.named_sublayers(include_self=True) if is_kept_fp32(s)]
     if excluded_layers is None:
         excluded = marked or None
     else:
         given = list(excluded_layers) if isinstance(excluded_layers, (list, tuple)) else [excluded_layers]
         excluded = given + marked
+    if not enable:
+        if level == "O2" and not _compat.in_static_mode():  # a rehearsal holds them in low precision
+            _state.mark_o2(_compat.o2_low_precision_layers(model_list, run_dtype, excluded), run_dtype,
+                           master_weight is not False)
+        if level == "O2" and _state.emulated_dtype() is None:
+            warn_once("decorate:fp32", "decorate(level='O2') leaves parameters in float32: AMP cannot run here.")
+        return models if optimizers is None else (models, optimizers)
     logger.debug("decorate: level=%s dtype=%s excluded=%d layers", level, run_dtype, len(excluded or ()))
     return _compat.paddle_decorate(
         models,

@@ -95,9 +95,11 @@ def test_black_list_and_o2_choose_the_emulated_layers():
     with amp.fp16_emulation(model, custom_white_list=["softmax"]) as names:
         assert names == ["0", "2"]
     with amp.fp16_emulation(model, level="O2") as names:
-        assert names == ["0", "1", "2"], "O2 runs all but Paddle's O2 black list in low precision"
+        assert names == ["0"], "O2 with use_promote: the others follow their inputs (and parameters)"
+    with amp.fp16_emulation(model, level="O2", use_promote=False) as names:
+        assert names == ["0", "1", "2"], "O2 without promotion runs all but Paddle's O2 black list in fp16"
     embedding = paddle.nn.Sequential(paddle.nn.Embedding(10, 4), paddle.nn.Linear(4, 4))
-    with amp.fp16_emulation(embedding, level="O2") as names:
+    with amp.fp16_emulation(embedding, level="O2", use_promote=False) as names:
         assert names == ["1"], "lookup_table_v2 is on Paddle's O2 black list"
     with amp.fp16_emulation(model, custom_black_list=["matmul"]) as names:
         assert names == []

@@ -34,12 +34,12 @@ def test_functional_ops_overflow_and_underflow_as_fp16_would(path):
     big, tiny = square_matrix(BIG), square_matrix(TINY)
     plain_big, plain_tiny = call(big, big).numpy(), call(tiny, tiny).numpy()
     assert np.isfinite(plain_big).all() and (plain_tiny != 0).all(), "float32 holds both"
-    with amp.fp16_emulation(paddle.nn.Linear(1, 1)):
+    with amp.rehearse():
         assert np.isposinf(call(big, big).numpy()).all()
         assert (call(tiny, tiny).numpy() == 0).all()
         with amp.auto_cast(custom_black_list=["matmul", "einsum"]):  # the enclosing auto_cast's lists decide
             np.testing.assert_array_equal(call(big, big).numpy(), plain_big)
-    with amp.fp16_emulation(paddle.nn.Linear(1, 1), dtype="bfloat16"):
+    with amp.rehearse("bfloat16"):
         out = call(big, big).numpy()
         assert np.isfinite(out).all() and not np.array_equal(out, plain_big), "bf16: float32's range, 8 bits"
     np.testing.assert_array_equal(call(big, big).numpy(), plain_big)  # after the rehearsal: Paddle's own
@@ -77,17 +77,18 @@ def test_kept_layers_and_other_threads_are_not_rounded():
             return paddle.matmul(a, a)
 
     big = square_matrix(BIG)
-    kept = amp.keep_fp32(Functional())
+    kept, model = amp.keep_fp32(Functional()), Functional()
     with amp.fp16_emulation(kept):
-        seen = {"other thread": in_another_thread(lambda: bool(np.isfinite(paddle.matmul(big, big).numpy()).all())),
-                "kept": bool(np.isfinite(kept(big).numpy()).all()),
-                "here": bool(np.isfinite(paddle.matmul(big, big).numpy()).all())}
+        with amp.rehearse():
+            seen = {"other thread": in_another_thread(lambda: bool(np.isfinite(model(big).numpy()).all())),
+                    "kept": bool(np.isfinite(kept(big).numpy()).all()),
+                    "here": bool(np.isfinite(paddle.matmul(big, big).numpy()).all())}
     assert seen == {"other thread": True, "kept": True, "here": False}
 
 
 def test_gradients_through_a_rounded_op_are_rounded():
     a = paddle.to_tensor([[1.0 + 2 ** -12]], stop_gradient=False)  # not an fp16 value
-    with amp.fp16_emulation(paddle.nn.Linear(1, 1)):
+    with amp.rehearse():
         out = paddle.matmul(a, paddle.to_tensor([[3.0]]))
         (out * (1.0 + 2 ** -13)).sum().backward()
     assert out.numpy()[0, 0] == 3.0, "input rounded to 1.0, then 3.0 is exact"

@@ -12,12 +12,15 @@ code):
   method that applies an update, fused norm kernels, hapi's scaler.
 - :mod:`.fleet`: fleet's optimizer wrappers, its clips (how it reduces the global norm),
   stage 2/3's markers, the scalers it patches.
+- :mod:`.layers`: how Paddle's layers reach their kernels on a GPU (the conv functions, ``F.linear``,
+  which parameters ``decorate(level="O2")`` casts).
 - :mod:`.kernels`: float16 rounding by ``paddle._C_ops`` kernels, or by the compiled one-pass
   kernel (:mod:`paddle_amp_ext._native`) through ``Tensor.data_ptr()``.
 """
 
 from __future__ import annotations
 
+from .layers import gpu_linear_is_fused, o2_low_precision_layers
 from .optimizer import (
     applying_method,
     grad_of,
@@ -66,6 +69,7 @@ __all__ = [
     "autocast_enabled",
     "default_op_lists",
     "gpu_amp_support",
+    "gpu_linear_is_fused",
     "grad_of",
     "hapi_scaler",
     "in_static_mode",
@@ -74,6 +78,7 @@ __all__ = [
     "iter_grads",
     "mark_stepped",
     "multiply_inplace",
+    "o2_low_precision_layers",
     "optimizer_parameters",
     "optimizer_stage",
     "paddle_auto_cast",

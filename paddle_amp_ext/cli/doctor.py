@@ -1,7 +1,9 @@
 """``python -m paddle_amp_ext.doctor [--dtype D] [--loss-scale S] [--json] SCRIPT [ARGS...]``.
 
 Also ``paddle-amp-doctor``. Exit codes (see :mod:`paddle_amp_ext.cli`): 0 every watched value fit and the script ended
-normally, 1 an overflow was found, 2 usage error (bad flag, missing script, a directory),
+normally, 1 an overflow was found or the model is already inf/nan in float32 (``--advise``: the
+rehearsal with the proposal is not clean, or the batch is not finite in float32: nothing is
+written), 2 usage error (bad flag, missing script, a directory),
 3 the script failed on its own (an exception or a non-zero ``sys.exit``) and no overflow was
 found (``--advise``: before its first model call). The report is printed however the script
 ended, after what Python would print for it (a traceback, a ``sys.exit("message")``).
@@ -32,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--advise", metavar="AMP_TOML",
                         help="instead: run the script to its first model call, measure that batch in float32 and in "
                              "rehearsal, print the advice and write the proposed config to AMP_TOML (exit 0 when the "
-                             "rehearsal with it is clean, 1 when not)")
+                             "rehearsal with it is clean, 1 when not or when the batch is inf/nan in float32)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -59,9 +61,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         "overflow": bool(report),
         "dtype": report.dtype,
         "limit": report.limit,
+        "float32_finite": culprit is None or not culprit.in_float32,
         "finding": None if culprit is None else {
             "layer": culprit.layer, "layer_type": culprit.layer_type, "op": culprit.op, "ops": list(culprit.ops),
-            "direction": culprit.direction, "max_abs": culprit.max_abs, "fixes": culprit.fixes(report.dtype)},
+            "direction": culprit.direction, "max_abs": culprit.max_abs, "in_float32": culprit.in_float32,
+            "fixes": culprit.fixes(report.dtype)},
         "script_exit_code": run.exit_code,
         "script_error": None if run.error is None else repr(run.error),
         "script_exit_message": run.exit_message,
@@ -97,6 +101,11 @@ def _advise(args: argparse.Namespace) -> int:
         return fail(PROG, f"the script's first model call passes keyword inputs {sorted(kwargs)}: call "
                           "paddle_amp_ext.advise(model, ...) from Python instead.")
     advice = advise(model, *inputs, dtype=args.dtype)
+    if advice.float32_nonfinite is not None:  # nothing to certify, nothing written
+        data = {"dtype": advice.dtype, "fp32_layers": [], "clean": False, "float32_finite": False,
+                "config": None, "notes": list(advice.notes)}
+        emit(data, f"{advice}\nNothing written to {args.advise}.", args.json)
+        return FOUND
     try:
         with open(args.advise, "w", encoding="utf-8") as out:
             proposal = advice.to_config()
@@ -104,7 +113,7 @@ def _advise(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(PROG, f"cannot write --advise {args.advise!r}: {exc}")
     data = {"dtype": advice.dtype, "fp32_layers": list(advice.fp32_layers), "clean": advice.clean,
-            "config": args.advise, "notes": list(advice.notes)}
+            "float32_finite": True, "config": args.advise, "notes": list(advice.notes)}
     emit(data, f"{advice}\nWrote {args.advise}.", args.json)
     return OK if advice.clean else FOUND
 

@@ -5,6 +5,9 @@
 - :mod:`.doctor`: :func:`find_overflow`, :class:`OverflowWatch` and their reports.
 - :mod:`.ops`: op-level rehearsal by Paddle's AMP rules, wherever an op is called
   (``paddle.matmul``, ``@``, ``F.conv2d``, the "follow the inputs" ops after them).
+- :mod:`.composite`: functions Paddle runs as several ops (a conv and its bias add; 2.6's F.linear).
+- :mod:`.scope`: where ``fp16_emulation(model)`` rounds (the model's forwards).
+- :mod:`.pure`: parameters held in low precision (white-listed layers, ``decorate(level="O2")``).
 - :mod:`.lowprec`: which tensors hold low-precision values (marks by weak reference).
 - :mod:`.checker`: Paddle's own tensor checker around a doctor pass, read back as findings.
 - :mod:`.advisor`: :func:`advise`, the config that makes a model's rehearsal clean.

@@ -7,8 +7,9 @@ values the dtype flushes to zero, and the error of the rehearsed values against 
 gradient range it proposes an initial loss scale. It proposes ``fp32_layers`` for the layers (or
 the innermost layer around an op) whose values do not fit, and ``bfloat16`` where float16 cannot
 be made safe that way; it then rehearses the model again with the proposal and checks that the
-result is clean. Paddle's ``amp.debugging.compare_accuracy`` needs two GPU runs and an Excel
-sheet; this needs a CPU.
+result is clean. A batch already inf/nan in float32 (a place, the output or the loss) gets no
+proposal: the advice says the model produces NaN/inf without AMP and is never clean. Paddle's
+``amp.debugging.compare_accuracy`` needs two GPU runs and an Excel sheet; this needs a CPU.
 
 Example:
     >>> advice = advise(model, x, loss_fn=lambda out: out.mean())  # doctest: +SKIP
@@ -61,9 +62,17 @@ class Advice:
     grad_range: Tuple[float, float]  # (smallest non-zero, largest) |gradient| in float32
     clean: bool  # the rehearsal with the proposal had no inf/nan and nothing beyond the range
     notes: Tuple[str, ...] = field(default=())
+    float32_nonfinite: Optional[str] = None  # where the batch is already inf/nan in float32: no proposal
 
     def to_config(self, base: Optional[AmpConfig] = None) -> AmpConfig:
-        """The proposal as an :class:`AmpConfig` (on top of ``base``)."""
+        """The proposal as an :class:`AmpConfig` (on top of ``base``).
+
+        Raises:
+            ValueError: the batch is not finite in float32, so there is no proposal.
+        """
+        if self.float32_nonfinite is not None:
+            raise ValueError(f"No AMP config to propose: the model produces NaN/inf without AMP "
+                             f"({self.float32_nonfinite}). Fix the model or the batch, then advise again.")
         base = base or AmpConfig()
         scaling = dict(init_loss_scaling=self.init_loss_scaling) if self.dtype == "float16" else {}
         return base.replace(dtype=self.dtype, fp32_layers=tuple(self.fp32_layers), **scaling)
@@ -83,6 +92,10 @@ class Advice:
         lines.append("")
         lines.append(f"Gradients in float32: |g| from {low:.3g} to {high:.3g}")
         lines += [f"Note: {note}" for note in self.notes]
+        if self.float32_nonfinite is not None:
+            lines.append(f"No proposal: the model produces NaN/inf without AMP ({self.float32_nonfinite}); "
+                         "no AMP setting can make this batch finite.")
+            return "\n".join(lines)
         lines.append(f"Proposal: dtype={self.dtype!r}, fp32_layers={list(self.fp32_layers)}"
                      + (f", init_loss_scaling={self.init_loss_scaling:g}" if self.dtype == "float16" else "")
                      + f" -> rehearsal with it is {'clean' if self.clean else 'NOT clean'}.")
@@ -115,11 +128,16 @@ class _Capture:
         self.tiny = SMALLEST[dtype]
 
     def run(self, model: Any, inputs: Tuple[Any, ...], loss_fn: Optional[Callable]) -> List[Tuple]:
+        """The recorded places; ``self.ends``: where the output and the loss are not finite."""
         recorder = _Recorder(model, keep_values=True)
+        self.ends: List[str] = []
         try:
             output = model(*inputs)
+            self._check_end("the model's output", output)
             if loss_fn is not None:
-                loss_fn(output).backward()
+                loss = loss_fn(output)
+                self._check_end("the loss", loss)
+                loss.backward()
             records, copies = list(recorder.records), list(recorder.values)
         finally:
             recorder.remove()
@@ -131,6 +149,24 @@ class _Capture:
             flushed = float((nonzero < self.tiny / 2).mean()) if nonzero.size else 0.0
             out.append((name, op, direction, float(size.max()) if size.size else 0.0, flushed, array))
         return out
+
+
+    def _check_end(self, what: str, value: Any) -> None:
+        first = value[0] if isinstance(value, (list, tuple)) and value else value
+        if isinstance(first, paddle.Tensor) and first.is_floating_point() and first.size > 0:
+            if not bool(paddle.isfinite(first.astype("float32")).all()):
+                self.ends.append(what)
+
+
+def _first_nonfinite(places: List[Tuple], ends: List[str]) -> Optional[str]:
+    """Where a float32 run first held inf/nan: a place (forward before backward), else its
+    output or loss; None when everything was finite."""
+    for direction in ("forward", "backward"):
+        for name, op, d, max_abs, _, _ in places:
+            if d == direction and not math.isfinite(max_abs):
+                where = f"{op} in {name}" if op else name
+                return f"first at {where}, in the {direction} pass"
+    return f"at {ends[0]}" if ends else None
 
 
 def advise(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = None,
@@ -159,6 +195,11 @@ def advise(model: paddle.nn.Layer, *inputs: Any, loss_fn: Optional[Callable] = N
         float32 = capture.run(model, inputs, loss_fn)
         grads = _grad_range(model) if loss_fn is not None else (0.0, 0.0)
         _clear(model)
+        broken = _first_nonfinite(float32, capture.ends)
+        if broken is not None:  # nothing AMP does can certify this batch
+            places = tuple(Place(n, op, d, m, f, None) for n, op, d, m, f, _ in float32)
+            note = f"the model produces NaN/inf in float32, without AMP ({broken})."
+            return Advice(dtype, limit, places, (), 1.0, grads, False, (note,), broken)
         with fp16_emulation(model, dtype=dtype):
             rehearsed = capture.run(model, inputs, loss_fn)
         _clear(model)

@@ -52,14 +52,19 @@ class Finding:
     direction: str  # "forward" or "backward"
     max_abs: float
     op: Optional[str] = None
+    in_float32: bool = False  # the value was already inf/nan in float32, with no AMP at all
 
     @classmethod
-    def of(cls, name: str, layer: Any, direction: str, max_abs: float, op: Optional[str] = None) -> Finding:
+    def of(cls, name: str, layer: Any, direction: str, max_abs: float, op: Optional[str] = None,
+           in_float32: bool = False) -> Finding:
         kind = type(layer).__name__
         ops = (op,) if op else LAYER_OPS.get(kind, ())
-        return cls(name, kind, ops, direction, float(max_abs), op)
+        return cls(name, kind, ops, direction, float(max_abs), op, in_float32 and not math.isfinite(max_abs))
 
     def fixes(self, dtype: str) -> List[str]:
+        if self.in_float32:
+            return ["no AMP setting can: check the batch (inf/nan inputs), the initialization and the learning rate",
+                    "paddle.amp.debugging.enable_tensor_checker names the first op that produced it"]
         # a layer labelled by its class is the model itself: keeping all of it would be no AMP at all
         whole = self.layer == self.layer_type
         out = [f"keep the layer in float32: keep_fp32(model, [{self.layer!r}])"] if self.layer and not whole else []
@@ -99,12 +104,24 @@ class OverflowReport:
             where = f"op {first.op!r} in layer {first.layer!r} ({first.layer_type})"
         else:
             where = f"layer {first.layer!r} ({first.layer_type}: {ops})"
+        if first.in_float32:
+            lines = [f"Overflow doctor: the model produces NaN/inf without AMP: {where} produced a non-finite value "
+                     f"in the {first.direction} pass in float32.",
+                     "Fixes: " + "; ".join(first.fixes(self.dtype)) + "."]
+            return "\n".join(lines)
         lines = [
             f"Overflow doctor: {where} produced max |value| {value} in the {first.direction} pass, "
             f"beyond {self.dtype}'s {self.limit:g}.",
             "Fixes: " + "; ".join(first.fixes(self.dtype)) + ".",
         ]
         return "\n".join(lines)
+
+
+def peak_abs(value: paddle.Tensor) -> paddle.Tensor:
+    """max |value| as a float32 scalar tensor, kept on the device; NaN when an element is NaN
+    (Paddle 2.6.2's CPU ``max`` skips NaN: ``max([nan, 1]) == 1``)."""
+    value = value.detach().astype("float32")
+    return paddle.max(paddle.abs(value)) + paddle.sum(value * 0.0)  # 0, or NaN where a value is inf/nan
 
 
 def _limit(dtype: Any, limit: Any = None) -> float:
@@ -130,6 +147,8 @@ class _Recorder:
     def __init__(self, model: paddle.nn.Layer, on_record: Optional[Callable[..., None]] = None,
                  keep_values: bool = False):
         self.records: List[Tuple[str, Any, str, paddle.Tensor, Optional[str]]] = []
+        self.plain: List[bool] = []  # each record is a float32 value of an unscaled run (no rehearsal)
+        self.unscaled = True
         self.values: List[paddle.Tensor] = []  # a float32 copy of each recorded value, with keep_values
         self._keep_values = keep_values
         self._on_record = on_record
@@ -145,8 +164,9 @@ class _Recorder:
         self._observer.__enter__()
 
     def _add(self, name: str, layer: Any, direction: str, value: paddle.Tensor, op: Optional[str] = None) -> None:
-        stat = paddle.max(paddle.abs(value.detach().astype("float32")))
+        stat = peak_abs(value)
         self.records.append((name, layer, direction, stat, op))
+        self.plain.append(_state.emulated_dtype() is None and (direction == "forward" or self.unscaled))
         if self._keep_values:
             self.values.append(value.detach().astype("float32").clone())
         if self._on_record is not None:
@@ -195,13 +215,14 @@ class _Recorder:
         values = paddle.stack([r[3].reshape([1]) for r in self.records]).numpy().reshape(-1)
         found = []
         for direction in ("forward", "backward"):
-            for (name, layer, d, _, op), value in zip(self.records, values):
+            for (name, layer, d, _, op), value, plain in zip(self.records, values, self.plain):
                 if d == direction and not (np.isfinite(value) and value <= limit):
-                    found.append(Finding.of(name, layer, d, value, op))
+                    found.append(Finding.of(name, layer, d, value, op, in_float32=plain))
+        found.sort(key=lambda f: not f.in_float32)  # a float32 NaN/inf is the first thing to fix
         return OverflowReport(dtype, limit, tuple(found))
 
     def clear(self) -> None:
-        self.records, self.values = [], []
+        self.records, self.values, self.plain = [], [], []
         self._stack = []
 
     def remove(self) -> None:
@@ -219,6 +240,7 @@ def measure(model: paddle.nn.Layer, inputs: Tuple[Any, ...], loss_fn: Optional[C
     """One watched forward (and backward, with ``loss_fn``); the report, unlogged. The model's
     gradients are cleared afterwards."""
     recorder = _Recorder(model)
+    recorder.unscaled = loss_scale == 1.0
     try:
         output = model(*inputs)
         if loss_fn is not None:

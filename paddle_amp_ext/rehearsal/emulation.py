@@ -8,12 +8,15 @@ underflow, overflow and loss scaling can be rehearsed on a CPU. The real Paddle 
 machinery (``check_finite_and_unscale``, skip, update) runs inside the context.
 
 Ops are rounded where they are called (:mod:`.ops`): ``paddle.matmul``, ``@``, ``einsum``,
-``F.linear`` (so every ``nn.Linear``), ``F.conv2d``, and the "follow the inputs" ops after
-them (``add``, ``relu``, ``reshape``, ...). Leaf layers whose kernels are reached only from C++
-(``Conv2D``, ``BatchNorm2D``, ``Embedding``) are rounded by layer hooks: a white-listed one
-takes rounded inputs and weights and gives a rounded output; one on the "follow the inputs"
-path gives a rounded output when its inputs are low precision. The lists are those of the
-innermost ``auto_cast`` entered inside the rehearsal, else the rehearsal's own.
+``F.linear`` (so every ``nn.Linear``), the convolutions (so every ``Conv`` layer, the bias
+added in float32 as Paddle does, :mod:`.composite`), ``F.embedding``, ``layer_norm``,
+``batch_norm``, and the "follow the inputs" ops after them (``add``, ``relu``, ``reshape``,
+...). Leaf layers whose op is reached only from C++ (``GroupNorm``, ``Bilinear``) are rounded
+by layer hooks. Every rule is decided at each call, by the lists and level of the innermost
+``auto_cast`` entered inside the rehearsal, else the rehearsal's own; layers a
+``decorate(level="O2")`` marked hold fp16 parameters (:mod:`.pure`). ``fp16_emulation(model)``
+rounds white-listed ops inside ``model``'s forward only (:mod:`.scope`); :func:`rehearse`
+rounds the whole thread.
 
 This emulates storage range and rounding. It does not emulate kernel speed or the
 accumulation order and precision inside fp16 matmul/conv kernels.
@@ -36,7 +39,9 @@ from ..autocast import effective_op_lists
 from ..config import AmpConfig
 from ..keep import is_kept_fp32, keep_fp32, release_fp32, select_layers
 from . import lowprec, ops
+from .pure import HeldParameters, WeightSwap
 from .rounding import round_trip
+from .scope import model_scope
 
 #: Leaf layer classes and the op types eager AMP looks up for them.
 LAYER_OPS: Dict[str, Tuple[str, ...]] = {
@@ -65,15 +70,13 @@ LAYER_OPS: Dict[str, Tuple[str, ...]] = {
     "MSELoss": ("elementwise_sub", "square", "reduce_mean"),
 }
 EMULATED_DTYPES = ("float16", "bfloat16")
-#: Leaf layers whose whole computation goes through an op-level entry point (``nn.Linear`` calls
-#: ``F.linear``, ``nn.ReLU`` ``F.relu``, ...; checked on 2.6.2 and 3.3.1): :mod:`.ops` rounds
-#: them, weights included, so they get no layer hooks.
-OP_LEVEL_LAYERS = frozenset({"Linear", "ReLU", "GELU", "Sigmoid", "Tanh", "Dropout"})
-#: Layers whose backward does not read their output: a large output is rounded in its own buffer.
-OUTPUT_UNREAD_LAYERS = frozenset({"Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose",
-                                  "Conv3DTranspose", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
-#: Layers whose parameters AMP keeps in float32 even at O2 (Paddle's decorate keeps norms fp32).
-FP32_PARAMETER_LAYERS = frozenset({"LayerNorm", "GroupNorm", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
+#: Leaf layers whose whole computation goes through op-level entry points (``nn.Linear`` calls
+#: ``F.linear``, ``nn.Conv2D`` ``F.conv._conv_nd``, ``nn.Embedding`` ``F.embedding``, ``nn.ReLU``
+#: ``F.relu``, ...; checked on 2.6.2 and 3.3.1): :mod:`.ops` rounds them, weights included, so they
+#: get no layer hooks.
+OP_LEVEL_LAYERS = frozenset({"Linear", "ReLU", "GELU", "Sigmoid", "Tanh", "Dropout", "Conv1D", "Conv2D", "Conv3D",
+                             "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Embedding", "LayerNorm",
+                             "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"})
 
 
 def quantize(tensor: Any, dtype: str = "float16") -> Any:
@@ -85,10 +88,12 @@ def quantize(tensor: Any, dtype: str = "float16") -> Any:
     return tensor
 
 
-def classify_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset, level: str = "O1"
+def classify_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset, level: str = "O1",
+                    promote: bool = True
                     ) -> Tuple[List[Tuple[str, paddle.nn.Layer]], List[Tuple[str, paddle.nn.Layer]]]:
-    """Leaf layers of :data:`LAYER_OPS` AMP would run in low precision whatever their inputs,
-    and those on the "follow the inputs" path (neither list); keep-fp32 subtrees excluded."""
+    """Leaf layers of :data:`LAYER_OPS` AMP would run in low precision whatever their inputs
+    (white-listed; at O2 with ``use_promote=False`` every one not black-listed), and those on
+    the "follow the inputs" path; keep-fp32 subtrees excluded."""
     low: List[Tuple[str, paddle.nn.Layer]] = []
     follow: List[Tuple[str, paddle.nn.Layer]] = []
 
@@ -100,10 +105,10 @@ def classify_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset, 
             for name, child in children:
                 visit(f"{prefix}.{name}" if prefix else name, child)
             return
-        ops = set(LAYER_OPS.get(type(layer).__name__, ()))
-        if not ops or ops & black:
+        names = tuple(LAYER_OPS.get(type(layer).__name__, ()))
+        if not names or set(names) & black:
             return
-        (low if level == "O2" or ops & white else follow).append((prefix, layer))
+        (low if ops.runs_low(names, _state.Lists(white, black, level, promote)) else follow).append((prefix, layer))
 
     visit("", model)
     return low, follow
@@ -112,16 +117,26 @@ def classify_layers(model: paddle.nn.Layer, white: frozenset, black: frozenset, 
 @contextlib.contextmanager
 def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str = "O1",
                    config: Optional[AmpConfig] = None, custom_white_list: Any = None,
-                   custom_black_list: Any = None) -> Iterator[List[str]]:
-    """Emulate ``dtype`` storage for ``model`` on any device; yields the emulated layer names.
+                   custom_black_list: Any = None, use_promote: bool = True) -> Iterator[List[str]]:
+    """Emulate ``dtype`` storage for ``model`` on any device; yields the names of the layers the
+    lists alone run in low precision (the others follow their inputs).
+
+    Rounding is confined to ``model``: its forward (every call of it or of one of its
+    sublayers, nested ones and a gradient-checkpointing recompute included) rounds what AMP
+    would; an op outside it rounds only where all its float inputs already hold ``dtype``
+    values (as on a GPU, where fp16 tensors stay fp16), so a second model used in the same
+    thread on float32 inputs (a teacher, an EMA copy) runs in float32. :func:`rehearse`
+    rounds every op of the thread instead.
 
     Args:
         model: the model; it is unchanged after the context (hooks are removed, layers kept in
             float32 for ``config.fp32_layers`` are released, and Paddle's global AMP dtype is
-            what it was).
+            what it was), except that a ``decorate(level="O2")`` made inside leaves its
+            parameters rounded, as the cast to fp16 would.
         dtype: ``"float16"`` or ``"bfloat16"``.
-        level, custom_white_list, custom_black_list, config: as for ``auto_cast``; they pick
-            the layers that are emulated.
+        level, custom_white_list, custom_black_list, use_promote, config: as for ``auto_cast``;
+            an ``auto_cast`` entered inside with other lists or another level takes over for
+            its block, as on a GPU.
 
     The rehearsal belongs to the thread that enters it: a GradScaler in another thread does not
     see it. Paddle's global AMP dtype (which Paddle's own scaler reads) is process-wide: set to
@@ -134,129 +149,133 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
     if not isinstance(model, paddle.nn.Layer):
         raise TypeError(f"fp16_emulation expects the model (a paddle.nn.Layer). Received: {model!r} "
                         f"(of type {type(model).__name__})")
-    if dtype not in EMULATED_DTYPES:
-        raise ValueError(f"fp16_emulation dtype must be one of {EMULATED_DTYPES}. Received: dtype={dtype!r}")
+    _check_dtype("fp16_emulation", dtype)
     previous = _compat.amp_state_dtype()  # before anything below enters Paddle's auto_cast
     kept = []  # layers kept in float32 for this context only (config.fp32_layers)
     if config is not None and config.fp32_layers:
         kept = [layer for layer in select_layers(model, config.fp32_layers) if not is_kept_fp32(layer)]
         for layer in kept:
             keep_fp32(layer)
-    white, black = effective_op_lists(dtype, level, config, custom_white_list, custom_black_list)
-    low, follow = classify_layers(model, white, black, config.level if config else level)
-    with _rehearsal_scope(dtype, (white, black, config.level if config else level), previous):
+    lists, custom = _lists(dtype, level, config, custom_white_list, custom_black_list, use_promote)
+    low, _ = classify_layers(model, lists.white, lists.black, lists.level, lists.promote)
+    with _rehearsal_scope(dtype, lists, custom, previous, thread_wide=False) as held:
+        held.hold(model.sublayers(include_self=True))  # a decorate(level="O2") made before
         try:
-            yield from _hooked(low, follow, dtype)
+            with model_scope(model), _hooked(model, dtype):
+                yield [name for name, _ in low]
         finally:
             for layer in kept:
                 release_fp32(layer)
 
 
+def _check_dtype(caller: str, dtype: Any) -> None:
+    if dtype not in EMULATED_DTYPES:
+        raise ValueError(f"{caller} dtype must be one of {EMULATED_DTYPES}. Received: dtype={dtype!r}")
+
+
+def _lists(dtype: str, level: str, config: Optional[AmpConfig], white: Any, black: Any, promote: bool
+           ) -> Tuple[_state.Lists, Tuple[Any, Any]]:
+    """The rehearsal's lists, and the custom lists they came from."""
+    if config is not None:
+        level, white, black = config.level, config.custom_white_list, config.custom_black_list
+    resolved = effective_op_lists(dtype, level, None, white, black)
+    return _state.Lists(*resolved, level, bool(promote)), (tuple(white or ()), tuple(black or ()))
+
+
 @contextlib.contextmanager
-def _rehearsal_scope(dtype: str, lists: Any, previous: str) -> Iterator[None]:
-    """This thread rehearses ``dtype`` with ``lists``: the scaler runs, functional ops are rounded."""
+def _rehearsal_scope(dtype: str, lists: _state.Lists, custom: Tuple[Any, Any], previous: str,
+                     thread_wide: bool) -> Iterator[HeldParameters]:
+    """This thread rehearses ``dtype`` with ``lists``: the scaler runs, functional ops are
+    rounded, and the layers a ``decorate(level="O2")`` marks hold low-precision parameters."""
     _compat.set_amp_state_dtype(dtype)  # what Paddle's own scaler checks in scale()
-    token = _state.push_emulation(dtype, lists)
+    token = _state.push_emulation(dtype, lists, custom, thread_wide)
+    held = HeldParameters(dtype)
+    listening = _state.listen_decorate(lambda layers: held.hold(layers, round_now=True))
     ops.acquire()
     try:
-        yield
+        yield held
     finally:
         ops.release()
+        _state.unlisten_decorate(listening)
+        held.release()
         _state.pop_emulation(token)
         _compat.set_amp_state_dtype(previous)
 
 
-class _WeightSwap:
-    """A white-listed layer's own float32 parameters, rounded for the length of its forward (AMP
-    casts them per op); the parameters come back after the forward, or at the latest when the
-    rehearsal ends."""
-
-    def __init__(self, dtype: str) -> None:
-        self.dtype = dtype
-        self.swapped: Dict[int, Tuple[paddle.nn.Layer, Dict[str, Any]]] = {}
-
-    def enter(self, layer: paddle.nn.Layer) -> None:
-        self.leave(layer)  # a forward that raised left its rounded weights behind
-        params = layer._parameters  # noqa: SLF001 - Layer.__getattr__ reads parameters from here
-        originals = {name: p for name, p in params.items() if p is not None and p.dtype == paddle.float32}
-        for name, param in originals.items():
-            params[name] = lowprec.mark(round_trip(param, self.dtype), self.dtype)
-        self.swapped[id(layer)] = (layer, originals)
-
-    def leave(self, layer: paddle.nn.Layer) -> None:
-        entry = self.swapped.pop(id(layer), None)
-        if entry is not None:
-            entry[0]._parameters.update(entry[1])  # noqa: SLF001
-
-    def leave_all(self) -> None:
-        for layer, _ in list(self.swapped.values()):
-            self.leave(layer)
-
-
-def _hooked(low: List[Tuple[str, paddle.nn.Layer]], follow: List[Tuple[str, paddle.nn.Layer]],
-            dtype: str) -> Iterator[List[str]]:
-    """Layer-path hooks while the caller's ``with`` block runs; yields the low layers' names."""
+@contextlib.contextmanager
+def _hooked(model: paddle.nn.Layer, dtype: str) -> Iterator[None]:
+    """Hooks on the leaf layers whose op is reached only from C++ (``GroupNorm``, ``Bilinear``,
+    ``Softmax``, ...), deciding at each call by the lists in force: a white-listed one takes
+    rounded inputs and weights and gives a rounded output; one on the "follow the inputs" path
+    gives a rounded output when its inputs and its own parameters hold low-precision values."""
     handles: List[Any] = []
-    weights = _WeightSwap(dtype)
+    swap = WeightSwap(dtype)
+
+    def decide(layer: Any) -> Optional[bool]:
+        """True: low precision by the lists; False: follow the inputs; None: float32."""
+        lists = _state.rehearsed_lists()
+        if lists is None or not _compat.runs_eagerly():
+            return None
+        names = LAYER_OPS[type(layer).__name__]
+        if any(op in lists.black for op in names):
+            return None
+        return ops.runs_low(names, lists)
 
     def pre_hook(layer: Any, inputs: Any) -> Any:
-        if not _compat.runs_eagerly():
+        if not decide(layer):
             return None
-        if type(layer).__name__ not in FP32_PARAMETER_LAYERS:
-            weights.enter(layer)
+        swap.enter(layer)
         return lowprec.rounded(inputs, dtype)
 
-    def rounded_output(layer: Any, inputs: Any, output: Any) -> Any:
-        args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
-        fresh = type(layer).__name__ in OUTPUT_UNREAD_LAYERS and not any(output is item for item in args)
-        return lowprec.rounded(output, dtype, in_place=fresh)
-
     def post_hook(layer: Any, inputs: Any, output: Any) -> Any:
-        if not _compat.runs_eagerly():
+        swap.leave(layer)
+        low = decide(layer)
+        args = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+        if low is None or not (low or (lowprec.all_low(args, dtype) and all(_own_parameters(layer, dtype)))):
             return None
-        weights.leave(layer)
-        return rounded_output(layer, inputs, output)
+        return lowprec.rounded(output, dtype)
 
-    def follow_hook(layer: Any, inputs: Any, output: Any) -> Any:
-        args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
-        if not _compat.runs_eagerly() or not lowprec.all_low(args, dtype):
-            return output
-        return rounded_output(layer, inputs, output)
-
-    try:
-        for _, layer in low:
-            if type(layer).__name__ in OP_LEVEL_LAYERS:
-                continue
+    for layer in model.sublayers(include_self=True):
+        kind = type(layer).__name__
+        if kind in LAYER_OPS and kind not in OP_LEVEL_LAYERS and not list(layer.children()) and not is_kept_fp32(layer):
             handles.append(layer.register_forward_pre_hook(pre_hook))
             handles.append(layer.register_forward_post_hook(post_hook))
-        for _, layer in follow:
-            if type(layer).__name__ not in OP_LEVEL_LAYERS:
-                handles.append(layer.register_forward_post_hook(follow_hook))
-        yield [name for name, _ in low]
+    try:
+        yield
     finally:
         for handle in handles:
             handle.remove()
-        weights.leave_all()
+        swap.leave_all()
+
+
+def _own_parameters(layer: Any, dtype: str) -> Tuple[bool, ...]:
+    """For each float32 parameter of ``layer``: whether it holds ``dtype`` values (a layer
+    ``decorate(level="O2")`` marked for the dtype)."""
+    held = (_state.o2_dtype(layer) or ("",))[0] == dtype
+    return tuple(held for p in layer._parameters.values()  # noqa: SLF001
+                 if p is not None and p.dtype == paddle.float32)
 
 
 @contextlib.contextmanager
 def rehearse(dtype: str = "float16", *, level: str = "O1", config: Optional[AmpConfig] = None,
-             custom_white_list: Any = None, custom_black_list: Any = None) -> Iterator[None]:
-    """Rehearse ``dtype`` for whatever runs in the block, with no model to name.
+             custom_white_list: Any = None, custom_black_list: Any = None, use_promote: bool = True
+             ) -> Iterator[None]:
+    """Rehearse ``dtype`` for every op of the thread while the block runs, with no model to name.
 
-    The op-level part of :func:`fp16_emulation`: ops called through Paddle's Python API
-    (``paddle.matmul``, ``@``, ``paddle.einsum``, ``F.linear`` and so every ``nn.Linear``,
-    ``F.conv2d``, and the "follow the inputs" ops after them) are rounded, and the GradScaler
-    runs its real machinery. Leaf layers reached only from C++ (``Conv2D``, ``BatchNorm2D``)
-    are rounded only by ``fp16_emulation(model)``. ``python -m paddle_amp_ext.run --emulate``
-    uses this for a script.
+    The op-level part of :func:`fp16_emulation`, not confined to a model: ops called through
+    Paddle's Python API (``paddle.matmul``, ``@``, ``paddle.einsum``, ``F.linear`` and so every
+    ``nn.Linear``, the convolutions and so every ``Conv`` layer, ``F.embedding``, and the
+    "follow the inputs" ops after them) are rounded, and the GradScaler runs its real
+    machinery. Leaf layers whose op is reached only from C++ (``BatchNorm2D``, ``LayerNorm``)
+    are rounded only by ``fp16_emulation(model)``. The script's own ``auto_cast`` lists and
+    level, and its ``decorate(level="O2")``, are followed. ``python -m paddle_amp_ext.run
+    --emulate`` uses this for a script.
 
     Raises:
         ValueError: an unsupported dtype, or a bad op list.
     """
-    if dtype not in EMULATED_DTYPES:
-        raise ValueError(f"rehearse dtype must be one of {EMULATED_DTYPES}. Received: dtype={dtype!r}")
+    _check_dtype("rehearse", dtype)
     previous = _compat.amp_state_dtype()
-    white, black = effective_op_lists(dtype, level, config, custom_white_list, custom_black_list)
-    with _rehearsal_scope(dtype, (white, black, config.level if config else level), previous):
+    lists, custom = _lists(dtype, level, config, custom_white_list, custom_black_list, use_promote)
+    with _rehearsal_scope(dtype, lists, custom, previous, thread_wide=True):
         yield

@@ -6,10 +6,15 @@ does, by the effective lists (those of the innermost ``auto_cast`` entered insid
 rehearsal, else the rehearsal's own):
 
 - black-listed: runs in float32; nothing is rounded;
-- white-listed (every op not black-listed at O2): its float32 inputs are rounded, and its
-  output is rounded (ops that only move values, like ``reshape``, need no output rounding);
-- neither ("follow the inputs"): runs in low precision when every float input is a
-  low-precision value (:mod:`.lowprec`), with its output rounded, else in float32.
+- white-listed (at O2 with ``use_promote=False``, every op not black-listed): its float32
+  inputs are rounded, and its output is rounded (ops that only move values, like ``reshape``,
+  need no output rounding); under ``fp16_emulation(model)`` only inside ``model``'s forward;
+- neither ("follow the inputs", also at O2 with Paddle's default ``use_promote=True``): runs
+  in low precision when every float input is a low-precision value (:mod:`.lowprec`), with its
+  output rounded, else in float32.
+
+A function Paddle runs as several ops under different rules (a convolution and its bias add;
+``F.linear`` on 2.6.2) is run op by op (:mod:`.composite`).
 
 Rounded outputs are marked as low precision, so they are not rounded twice and the ops after
 them follow. Backward is rounded where forward was (:func:`.rounding.round_trip`). An
@@ -33,7 +38,8 @@ import paddle
 
 from .. import _compat, _state
 from .._compat import kernels
-from . import lowprec
+from .._compat.layers import PRIVATE_ENTRY_POINTS
+from . import composite, lowprec
 
 #: Kinds of op: ``compute`` ops do the arithmetic AMP is for (the doctor watches them);
 #: ``arith`` ops make new values; ``move`` ops only move or select values.
@@ -53,6 +59,10 @@ FUNCTIONS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("conv1d_transpose", ("conv2d_transpose",), COMPUTE),
     ("conv2d_transpose", ("conv2d_transpose",), COMPUTE),
     ("conv3d_transpose", ("conv3d_transpose",), COMPUTE),
+    ("_conv_nd", ("conv2d",), COMPUTE),  # nn.Conv2D/Conv3D; the op type is its op_type argument
+    ("embedding", ("lookup_table_v2",), MOVE),
+    ("layer_norm", ("layer_norm",), ARITH),  # nn.LayerNorm calls paddle.nn.layer.norm.layer_norm
+    ("batch_norm", ("batch_norm",), ARITH),  # nn.BatchNorm1D/2D/3D
     ("add", ("elementwise_add",), ARITH),
     ("subtract", ("elementwise_sub",), ARITH),
     ("multiply", ("elementwise_mul",), ARITH),
@@ -102,6 +112,10 @@ METHODS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("chunk", ("split",), MOVE),
 )
 
+#: Ops Paddle's AMP decides by the input X alone, casting none of the others (scale, bias,
+#: running statistics): ``GetPromoteType`` and ``AmpAutoCast`` for batch_norm and layer_norm.
+X_ONLY = frozenset({"batch_norm", "layer_norm"})
+
 #: Ops whose backward reads their own output: it is rounded into a new tensor, never in place.
 SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigmoid"})
 
@@ -110,7 +124,8 @@ SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigm
 NAMESPACES: Tuple[str, ...] = (
     "paddle", "paddle.tensor", "paddle.tensor.linalg", "paddle.tensor.math", "paddle.tensor.manipulation",
     "paddle.tensor.einsum", "paddle.nn.functional", "paddle.nn.functional.common",
-    "paddle.nn.functional.activation", "paddle.nn.functional.conv",
+    "paddle.nn.functional.activation", "paddle.nn.functional.conv", "paddle.nn.functional.norm",
+    "paddle.nn.layer.norm",
 )
 
 _lock = threading.Lock()
@@ -143,17 +158,41 @@ def _wrap(original: Callable, name: str, op_types: Tuple[str, ...], kind: str) -
     return op
 
 
-def _rehearsed(original: Callable, name: str, op_types: Tuple[str, ...], kind: str, lists: Any,
+def _rehearsed(original: Callable, name: str, op_types: Tuple[str, ...], kind: str, lists: _state.Lists,
                args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    parts = composite.split(name, original, args, kwargs)
+    if parts is None:
+        return _one_op(original, name, op_types, kind, lists, args, kwargs)
+    out = _one_op(original, name, parts.op_types, kind, lists, parts.args, parts.kwargs)
+    if parts.bias is None:
+        return out
+    bias = composite.along(parts.bias, len(out.shape), parts.axis)
     dtype = _state.emulated_dtype()
-    white, black, level = lists  # the "follow the inputs" rule: Paddle's GetPromoteType
-    if any(op in black for op in op_types):
+    if lowprec.is_low(parts.bias, dtype):
+        lowprec.mark(bias, dtype)
+    return _one_op(paddle.add, "add", ("elementwise_add",), ARITH, lists, (out, bias), {})
+
+
+def runs_low(op_types: Tuple[str, ...], lists: _state.Lists) -> bool:
+    """Whether AMP casts an op's float32 inputs to low precision whatever they hold: it is
+    white-listed, or every op not black-listed is at O2 with ``use_promote=False``."""
+    return any(op in lists.white for op in op_types) or (lists.level == "O2" and not lists.promote)
+
+
+def _one_op(original: Callable, name: str, op_types: Tuple[str, ...], kind: str, lists: _state.Lists,
+            args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    dtype = _state.emulated_dtype()
+    if any(op in lists.black for op in op_types):
         return original(*args, **kwargs)
-    if level == "O2" or any(op in white for op in op_types):
-        args = lowprec.rounded(args, dtype)
-        kwargs = {k: lowprec.rounded(v, dtype) for k, v in kwargs.items()}
-    elif not lowprec.all_low((*args, *kwargs.values()), dtype):
+    x_only = name in X_ONLY  # the inputs AMP looks at and casts: X alone, or all
+    cast, rest = (args[:1], args[1:]) if x_only else (args, ())
+    if runs_low(op_types, lists) and _state.in_scope():
+        cast = lowprec.rounded(cast, dtype)
+        if not x_only:
+            kwargs = {k: lowprec.rounded(v, dtype) for k, v in kwargs.items()}
+    elif not lowprec.all_low((*cast, *(() if x_only else kwargs.values())), dtype):  # "follow the inputs"
         return original(*args, **kwargs)
+    args = (*cast, *rest)
     out = original(*args, **kwargs)
     if kind == MOVE:
         return lowprec.mark(out, dtype)
@@ -172,8 +211,9 @@ def _entry_points() -> List[Tuple[Any, str, Tuple[str, ...], str]]:
             module = importlib.import_module(module_name)
         except ImportError:  # a namespace this Paddle version does not have
             continue
+        private = {name for owner, name in PRIVATE_ENTRY_POINTS if owner == module_name}
         for name, op_types, kind in FUNCTIONS:
-            if callable(getattr(module, name, None)):
+            if callable(getattr(module, name, None)) and (not name.startswith("_") or name in private):
                 found.append((module, name, op_types, kind))
     for name, op_types, kind in METHODS:
         if callable(getattr(paddle.Tensor, name, None)):

@@ -15,9 +15,10 @@ from typing import Any, Callable, List, Optional, Union
 import numpy as np
 import paddle
 
+from .. import _state
 from ..scripting import ScriptEnd, check_script, run_as_main
 from . import ops
-from .doctor import LIMITS, Finding, OverflowReport
+from .doctor import LIMITS, Finding, OverflowReport, peak_abs
 
 
 class _OverflowFoundError(BaseException):
@@ -46,10 +47,12 @@ class _ScriptWatch:
 
     def _check(self, layer: Any, direction: str, value: paddle.Tensor, factor: float,
                op: Optional[str] = None) -> Optional[Finding]:
-        peak = float(paddle.max(paddle.abs(value.detach().astype("float32"))).numpy().reshape(-1)[0]) * factor
+        raw = float(peak_abs(value).numpy().reshape(-1)[0])
+        peak = raw * factor
         if np.isfinite(peak) and peak <= self.limit:
             return None
-        return Finding.of(self._name(layer), layer, direction, peak, op)
+        plain = not np.isfinite(raw) and _state.emulated_dtype() is None  # inf/nan in float32: no AMP involved
+        return Finding.of(self._name(layer), layer, direction, raw if plain else peak, op, in_float32=plain)
 
     def on_op(self, op: str, out: Any) -> None:
         """A functional op ran: check its output now, its gradient in the backward pass."""
