@@ -48,8 +48,8 @@ def test_find_overflow_tells_a_float32_nan_from_an_fp16_overflow():
     assert report.culprit.in_float32 and report.culprit.layer == "0"
     assert "the model produces NaN/inf without AMP: op 'matmul_v2' in layer '0' (Linear)" in str(report)
     assert "keep_fp32" not in str(report) and "no AMP setting can" in str(report)
-    big = paddle.nn.Linear(4, 1)
-    big.weight.set_value(paddle.full([4, 1], 1e5))
+    big = paddle.nn.Sequential(paddle.nn.Linear(4, 1))  # a sublayer: keep_fp32 never names the model itself
+    big[0].weight.set_value(paddle.full([4, 1], 1e5))
     overflow = amp.find_overflow(big, paddle.ones([1, 4]))
     assert not overflow.culprit.in_float32 and "keep_fp32" in str(overflow)
 
