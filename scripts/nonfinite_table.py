@@ -133,6 +133,15 @@ def _unary(fwd, bwd):
 _GELU_A = np.float32(math.sqrt(2 / math.pi))
 
 
+def _gelu(x):  # x * normcdf(x)
+    return x * 0.5 * (1 + _erf(x / np.float32(math.sqrt(2))))
+
+
+def _gelu_grad(x, y, g):  # gelu_grad_kernel.cu: dout * (cdf + x * pdf)
+    pdf = np.exp(-0.5 * x * x) * np.float32(1 / math.sqrt(2 * math.pi))
+    return g * (0.5 * (1 + _erf(x / np.float32(math.sqrt(2)))) + x * pdf)
+
+
 def _gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(_GELU_A * (x + 0.044715 * x ** 3)))
 
@@ -153,7 +162,7 @@ def _ops() -> Dict[str, Tuple[Callable, Callable, str]]:
     """name -> (paddle op on a [1, n] tensor, CUDA reference, kind: 'row' or 'elementwise'); Paddle's
     functions are looked up at call time, so that a rehearsal's wrapped ones are used."""
     import paddle
-    import paddle.nn.functional as F
+    import paddle.nn.functional as F  # noqa: N812
 
     def ce(x):
         label = paddle.zeros([x.shape[0], 1], dtype="int64")
@@ -185,10 +194,7 @@ def _ops() -> Dict[str, Tuple[Callable, Callable, str]]:
                    "row"),
         "relu": (lambda x: F.relu(x), _unary(lambda x: np.where(x > 0, x, 0), lambda x, y, g: np.where(y > 0, g, 0)),
                  "elementwise"),
-        "gelu": (lambda x: F.gelu(x), _unary(lambda x: x * 0.5 * (1 + _erf(x / np.float32(math.sqrt(2)))),
-                                lambda x, y, g: g * (0.5 * (1 + _erf(x / np.float32(math.sqrt(2))))
-                                                     + x * np.exp(-0.5 * x * x) * np.float32(1 / math.sqrt(2 * math.pi)))),
-                 "elementwise"),
+        "gelu": (lambda x: F.gelu(x), _unary(_gelu, _gelu_grad), "elementwise"),
         "gelu (tanh)": (lambda x: F.gelu(x, approximate=True), _unary(_gelu_tanh, _gelu_tanh_grad), "elementwise"),
         "sigmoid": (lambda x: F.sigmoid(x), _unary(lambda x: 1 / (1 + np.exp(-x)), lambda x, y, g: g * y * (1 - y)),
                     "elementwise"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
+import paddle.nn.functional as F  # noqa: N812
 import pytest
 
 import paddle_amp_ext as amp

@@ -72,7 +72,7 @@ def _axis(bound: inspect.BoundArguments) -> int:
     return int(bound.arguments.get("axis", -1))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _signature(function: Callable) -> inspect.Signature:
     return inspect.signature(function)
 
