@@ -4,14 +4,15 @@ A rehearsal runs Paddle's CPU kernels, and some of them treat non-finite values 
 CUDA kernels (docs/nonfinite.md has the table, measured on the CPU by
 ``scripts/nonfinite_table.py`` and read from the CUDA sources). The CUDA softmax subtracts the
 row maximum, so a row holding +inf or NaN, or a row of -inf only (a fully masked row), becomes
-NaN; Paddle's CPU softmax returns a uniform row for such rows from 8 elements on. A rehearsal
+NaN; Paddle's CPU softmax returns a uniform row instead (for +inf from 8 elements on, for NaN
+and all -inf at lengths that are multiples of 8). A rehearsal
 that kept the CPU's answer would report a finite loss where a GPU run skips the step.
 
 :func:`on_gpu_terms` gives, for an op name, Paddle's function with a fix-up that returns what the
 CUDA kernel returns:
 
 - ``softmax``, ``log_softmax``: a row holding +inf or NaN, or only -inf, is NaN, forward and
-  backward; a -inf entry of a finite row gives exactly 0 (the CPU: about 1e-30 from 256 on),
+  backward; a -inf entry of a finite row gives exactly 0 (the CPU: about 1e-30 from 371 on),
   and ``log_softmax`` -inf there (the CPU: about -64);
 - ``cross_entropy``, ``softmax_with_cross_entropy`` (from logits): the loss of such a row is NaN
   (an ignored label's loss stays 0), and so is its gradient; a hard label whose logit is -inf
@@ -22,7 +23,8 @@ CUDA kernel returns:
 
 The fix-ups act only on CPU tensors holding a non-finite value. Each call first sums its input
 (``relu``: its output gradient) once and reads that one number on the host: a float32 on the CPU
-is already there, so this waits for nothing, and the sum costs one pass over the tensor. Only
+is already there, so this waits for nothing, and the sum costs one pass over the tensor (inside
+a backward pass, relu's hook, the read itself costs Paddle about 100-200 us). Only
 when the sum is not finite do the exact per-row checks run (a finite input whose sum overflows
 takes them too, and gets the CPU's own result).
 """
