@@ -207,3 +207,26 @@ def test_sqrt_of_inf_is_inf_with_a_zero_gradient(n):
 def test_outside_a_rehearsal_nothing_changes():
     x = paddle.full([8], float("inf"))
     np.testing.assert_array_equal(F.softmax(x).numpy(), np.full(8, 0.125, np.float32))
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_layer_norm_rows_holding_inf_or_nan_are_nan_as_on_a_gpu(n):
+    """The CPU kernel already agrees (LayerNormForward: var = sum(x^2)/n - mean^2, inf - inf)."""
+    x = rows(n)
+    y, dx = run(lambda t: F.layer_norm(t, [n]), x, np.tile(np.linspace(0.5, 1.5, n, dtype=np.float32), (6, 1)))
+    nonfinite_rows = ~np.isfinite(x).all(axis=1)
+    assert np.isnan(y[nonfinite_rows]).all() and np.isnan(dx[nonfinite_rows]).all()
+    assert np.isfinite(y[~nonfinite_rows]).all() and np.isfinite(dx[~nonfinite_rows]).all()
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_reductions_of_rows_holding_inf_or_nan_follow_ieee_as_on_a_gpu(n):
+    x = rows(n)
+    with amp.rehearse():
+        t = paddle.to_tensor(x)
+        sums, means = paddle.sum(t, axis=-1).numpy(), paddle.mean(t, axis=-1).numpy()
+        maxes = paddle.max(t, axis=-1).numpy()
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(sums, x.sum(-1), atol=1e-5)  # inf and NaN exactly
+        np.testing.assert_allclose(means, x.mean(-1), atol=1e-6)
+    assert maxes[0] == INF and maxes[1] == INF and maxes[3] == -INF
