@@ -216,8 +216,12 @@ def test_at_o2_every_op_but_the_black_listed_runs_in_fp16():
         table = paddle.full([3, 2], 1.0 + 2.0**-12)
         rows = F.embedding(paddle.to_tensor([0, 2]), table)
         assert (rows.numpy() == 1.0 + 2.0**-12).all(), "lookup_table_v2 is on Paddle's O2 black list: float32"
+        probs = F.softmax(paddle.to_tensor([[1.0, 1.0 + 2.0**-12]]))
+        assert np.array_equal(probs.numpy(), fp16(probs.numpy())), "Paddle's O2 black list has no softmax"
     with amp.rehearse(level="O1"):
         assert np.isfinite((a * a).numpy()).all(), "O1: a float32 multiply stays float32"
+        probs = F.softmax(paddle.to_tensor([[1.0, 1.0 + 2.0**-12]]))
+        assert not np.array_equal(probs.numpy(), fp16(probs.numpy())), "O1: softmax is black-listed: float32"
 
 
 @pytest.mark.parametrize("build", ["conv", "linear"])

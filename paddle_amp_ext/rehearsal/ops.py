@@ -16,6 +16,10 @@ rehearsal, else the rehearsal's own):
 A function Paddle runs as several ops under different rules (a convolution and its bias add;
 ``F.linear`` on 2.6.2) is run op by op (:mod:`.composite`).
 
+Wherever this thread rehearses (float32 regions included), ops whose CPU kernel treats inf and
+NaN unlike Paddle's CUDA kernel (softmax, log_softmax, cross entropy, relu's gradient, sqrt)
+return what the CUDA kernel returns (:mod:`.nonfinite`).
+
 Rounded outputs are marked as low precision, so they are not rounded twice and the ops after
 them follow. Backward is rounded where forward was (:func:`.rounding.round_trip`). An
 ``auto_cast(enable=False)`` inside the rehearsal, or a ``keep_fp32`` layer, turns rounding off;
@@ -39,7 +43,7 @@ import paddle
 from .. import _compat, _state
 from .._compat import kernels
 from .._compat.layers import PRIVATE_ENTRY_POINTS
-from . import composite, lowprec
+from . import composite, lowprec, nonfinite
 
 #: Kinds of op: ``compute`` ops do the arithmetic AMP is for (the doctor watches them);
 #: ``arith`` ops make new values; ``move`` ops only move or select values.
@@ -73,6 +77,11 @@ FUNCTIONS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("silu", ("silu",), ARITH),
     ("sigmoid", ("sigmoid",), ARITH),
     ("dropout", ("dropout",), ARITH),
+    ("sqrt", ("sqrt",), ARITH),
+    ("softmax", ("softmax",), ARITH),
+    ("log_softmax", ("log_softmax",), ARITH),
+    ("cross_entropy", ("softmax_with_cross_entropy", "cross_entropy"), ARITH),
+    ("softmax_with_cross_entropy", ("softmax_with_cross_entropy",), ARITH),
     ("relu", ("relu",), MOVE),
     ("reshape", ("reshape2",), MOVE),
     ("transpose", ("transpose2",), MOVE),
@@ -101,6 +110,7 @@ METHODS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
     ("add", ("elementwise_add",), ARITH),
     ("multiply", ("elementwise_mul",), ARITH),
     ("tanh", ("tanh",), ARITH),
+    ("sqrt", ("sqrt",), ARITH),
     ("__neg__", ("scale",), MOVE),
     ("__getitem__", ("slice",), MOVE),
     ("reshape", ("reshape2",), MOVE),
@@ -117,7 +127,8 @@ METHODS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
 X_ONLY = frozenset({"batch_norm", "layer_norm"})
 
 #: Ops whose backward reads their own output: it is rounded into a new tensor, never in place.
-SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigmoid"})
+SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigmoid", "sqrt", "softmax",
+                          "log_softmax"})
 
 #: Paddle namespaces whose functions Paddle's own layers call (``paddle.tensor.matmul`` is a
 #: different object from ``paddle.matmul`` on 3.3.1).
@@ -136,6 +147,8 @@ _inside = threading.local()  # .depth: wrapped ops running in this thread
 
 
 def _wrap(original: Callable, name: str, op_types: Tuple[str, ...], kind: str) -> Callable:
+    kernel = nonfinite.on_gpu_terms(name, original)  # what the GPU returns for inf and NaN
+
     @functools.wraps(original)
     def op(*args: Any, **kwargs: Any) -> Any:
         if getattr(_inside, "depth", 0):
@@ -143,10 +156,12 @@ def _wrap(original: Callable, name: str, op_types: Tuple[str, ...], kind: str) -
         _inside.depth = 1
         try:
             lists = _state.rehearsed_lists()
-            if lists is None or not _compat.runs_eagerly():
-                out = original(*args, **kwargs)
+            if lists is not None and _compat.runs_eagerly():
+                out = _rehearsed(kernel, name, op_types, kind, lists, args, kwargs)
+            elif _state.emulated_dtype() is not None and _compat.runs_eagerly():
+                out = kernel(*args, **kwargs)  # a float32 region of the rehearsal still runs on a GPU
             else:
-                out = _rehearsed(original, name, op_types, kind, lists, args, kwargs)
+                out = original(*args, **kwargs)
         finally:
             _inside.depth = 0
         if kind == COMPUTE:
