@@ -59,3 +59,11 @@ def fp16(values):
     """``values`` as float16 stores them (numpy's conversion), as float32."""
     with np.errstate(over="ignore"):
         return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def bf16(values):
+    """``values`` rounded to the nearest bfloat16 (ties to even) on the bit pattern, as float32."""
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    nearest = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(values), values, nearest)

@@ -1,4 +1,4 @@
-"""Build, cache and load the one-pass float16 rounding kernel (``fp16round.c``).
+"""Build, cache and load the one-pass float16 and bfloat16 rounding kernels (``fp16round.c``).
 
 The fp16 rehearsal rounds every weight, activation and gradient that AMP would hold in float16,
 on a CPU. Paddle's kernels can do that exactly in thirteen float32 passes
@@ -17,7 +17,11 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
   ``$PADDLE_AMP_EXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/paddle_amp_ext`` or
   ``~/.cache/paddle_amp_ext``; failing that in a private temporary folder removed after
   loading);
-- a library that does not round a probe exactly as numpy does.
+- a library that does not round a probe exactly as numpy does (float16) or as the bfloat16
+  values written out in :func:`_bf16_probe` say.
+
+The bfloat16 kernel (integer round-to-nearest-even on the bit pattern, AVX2 where the CPU has it)
+is built and loaded with the float16 one, from the same file, under the same conditions.
 
 :func:`status` says which, and why; ``python -m paddle_amp_ext.check`` shows it.
 """
@@ -37,7 +41,7 @@ import sys
 import sysconfig
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +54,13 @@ _X86 = ("x86_64", "amd64", "i386", "i686", "x86")
 
 #: ``rounder(src_ptr, dst_ptr, n)``: rounds ``n`` float32 values (``dst`` may be ``src``).
 Rounder = Callable[[int, int, int], int]
+
+
+class Kernels(NamedTuple):
+    """The loaded library's rounders, by the type they round to."""
+
+    fp16: Rounder
+    bf16: Rounder
 
 
 @dataclass(frozen=True)
@@ -113,7 +124,7 @@ def _compile(cc: List[str], target: str) -> None:
             os.remove(partial)
 
 
-def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Rounder, str]:
+def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernels, str]:
     """Load the kernel cached in ``folder``, building it first (with ``cc``) if it is absent or
     damaged."""
     target = os.path.join(folder, library_name())
@@ -143,27 +154,45 @@ def _probe() -> Tuple[List[float], List[float]]:
     return values.tolist(), expected.tolist()
 
 
-def _load(path: str) -> Rounder:
-    lib = ctypes.CDLL(path)
-    lib.pae_fp16_supported.restype = ctypes.c_int
-    lib.pae_fp16_supported.argtypes = []
-    rounder = lib.pae_round_fp16
-    rounder.restype = ctypes.c_int
-    rounder.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    if not lib.pae_fp16_supported():
-        raise BuildError("this CPU has no F16C instructions")
-    values, expected = _probe()
+def _bf16_probe() -> Tuple[List[float], List[float]]:
+    """Values at every kind of bfloat16 rounding decision (8 significant bits), and their
+    nearest-even bfloat16 values, written out (no numpy conversion to compare with)."""
+    ulp, top = 2.0**-7, (2.0 - 2.0**-7) * 2.0**127  # the ulp at 1; the largest finite value
+    inputs = [1.0 + ulp / 2, 1.0 + 3 * ulp / 2, 1.0 + ulp / 2 + 2.0**-20, 0.1, -3.0, top * (1 + 2.0**-9),
+              (2.0 - 2.0**-8) * 2.0**127, 3.0e38, -float("inf"), 2.0**-133, 2.0**-134, 3 * 2.0**-134,
+              2.0**-149, -0.0, 2.0**-126 - 2.0**-149]
+    expected = [1.0, 1.0 + 2 * ulp, 1.0 + ulp, 0.10009765625, -3.0, top, float("inf"), 226 * 2.0**120,
+                -float("inf"), 2.0**-133, 0.0, 2.0**-132, 0.0, -0.0, 2.0**-126]
+    return inputs, expected
+
+
+def _check(name: str, rounder: Rounder, probe: Tuple[List[float], List[float]]) -> None:
+    values, expected = probe
     buffer = (ctypes.c_float * len(values))(*values)
     rounder(ctypes.addressof(buffer), ctypes.addressof(buffer), len(values))
     if list(buffer) != expected:
-        raise BuildError(f"the built kernel rounded a probe wrongly: {list(buffer)} != {expected}")
-    return rounder
+        raise BuildError(f"the built {name} kernel rounded a probe wrongly: {list(buffer)} != {expected}")
+
+
+def _load(path: str) -> Kernels:
+    lib = ctypes.CDLL(path)
+    lib.pae_fp16_supported.restype = ctypes.c_int
+    lib.pae_fp16_supported.argtypes = []
+    kernels = Kernels(lib.pae_round_fp16, lib.pae_round_bf16)
+    for rounder in kernels:
+        rounder.restype = ctypes.c_int
+        rounder.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    if not lib.pae_fp16_supported():
+        raise BuildError("this CPU has no F16C instructions")
+    _check("float16", kernels.fp16, _probe())
+    _check("bfloat16", kernels.bf16, _bf16_probe())
+    return kernels
 
 
 _FAILURES = (BuildError, OSError, subprocess.SubprocessError)
 
 
-def _build() -> Tuple[Optional[Rounder], str]:
+def _build() -> Tuple[Optional[Kernels], str]:
     switch = os.environ.get(ENV_SWITCH, "").strip().lower()
     if switch in _OFF:
         return None, f"turned off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
@@ -185,8 +214,8 @@ def _build() -> Tuple[Optional[Rounder], str]:
     folder = None
     try:
         folder = tempfile.mkdtemp(prefix="paddle_amp_ext-")
-        rounder, _ = _build_in(cc, folder)
-        return rounder, f"built in a temporary folder ({cache_dir()}: {failure})"
+        kernels, _ = _build_in(cc, folder)
+        return kernels, f"built in a temporary folder ({cache_dir()}: {failure})"
     except _FAILURES as exc:
         return None, failure if str(exc) == failure else f"{failure}; in a temporary folder: {exc}"
     finally:
@@ -195,23 +224,30 @@ def _build() -> Tuple[Optional[Rounder], str]:
 
 
 @functools.cache
-def _result() -> Tuple[Optional[Rounder], str]:
-    rounder, detail = _build()
-    if rounder is None:
-        logger.info("fp16 rehearsal: the one-pass rounding kernel is not used (%s); Paddle's "
-                    "kernels round exactly, about 7x slower per tensor.", detail)
-    return rounder, detail
+def _result() -> Tuple[Optional[Kernels], str]:
+    kernels, detail = _build()
+    if kernels is None:
+        logger.info("fp16 rehearsal: the one-pass rounding kernels are not used (%s); Paddle's "
+                    "kernels round exactly, several times slower per tensor.", detail)
+    return kernels, detail
 
 
 def fp16_rounder() -> Optional[Rounder]:
-    """The loaded kernel (built on the first call in a process), or None where it cannot be had."""
-    return _result()[0]
+    """The loaded float16 kernel (built on the first call in a process), or None where it cannot be had."""
+    kernels = _result()[0]
+    return kernels.fp16 if kernels is not None else None
+
+
+def bf16_rounder() -> Optional[Rounder]:
+    """The loaded bfloat16 kernel, built and loaded with :func:`fp16_rounder`'s (so None where that is)."""
+    kernels = _result()[0]
+    return kernels.bf16 if kernels is not None else None
 
 
 def status() -> NativeStatus:
-    """Whether :func:`fp16_rounder` gives a kernel, and the library's path or the reason it does not."""
-    rounder, detail = _result()
-    return NativeStatus(rounder is not None, detail)
+    """Whether the native kernels are loaded, and the library's path or the reason they are not."""
+    kernels, detail = _result()
+    return NativeStatus(kernels is not None, detail)
 
 
 def reset() -> None:
