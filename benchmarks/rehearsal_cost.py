@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any, Callable, Dict, List, Tuple
 
 from matrix import ROOT, VENVS, machine, paired, ratio_stats
@@ -66,7 +67,7 @@ def models() -> Dict[str, Tuple[Callable[[], Any], Tuple[List[int], List[int]]]]
 
 
 def measure_model(build: Callable[[], Any], x_shape: List[int], y_shape: List[int], dtype: str, steps: int,
-                  repeats: int) -> Dict[str, float]:
+                  repeats: int, clock: Callable[[], float] = time.perf_counter) -> Dict[str, float]:
     """Paired blocks of ``steps`` training steps: float32, and under ``fp16_emulation(model, dtype)``."""
     import paddle
 
@@ -100,7 +101,7 @@ def measure_model(build: Callable[[], Any], x_shape: List[int], y_shape: List[in
                 opt.step()
                 opt.clear_grad()
 
-    samples = paired({"rehearsal": rehearsal_block, "fp32": fp32_block}, 1, repeats, warmup=2)
+    samples = paired({"rehearsal": rehearsal_block, "fp32": fp32_block}, 1, repeats, warmup=2, clock=clock)
     stats = ratio_stats(samples, "rehearsal", "fp32")
     return {"ratio": stats["ratio"], "p25": stats["p25"], "p75": stats["p75"], "fp32_ms": stats["paddle_ms"] / steps}
 

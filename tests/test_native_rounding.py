@@ -182,6 +182,8 @@ def test_in_place_writes_into_the_tensor_and_views_are_handled():
     np.testing.assert_array_equal(fresh.numpy(), values, "the input is kept")
     transposed = paddle.to_tensor(values).t()  # a strided view on Paddle 3.x and 2.6: not contiguous
     np.testing.assert_array_equal(kernels.round_to_float16(transposed).numpy(), fp16(values.T))
+    np.testing.assert_array_equal(kernels.round_to_float16(transposed, in_place=True).numpy(), fp16(values.T))
+    np.testing.assert_array_equal(transposed.numpy(), values.T, "a strided view is rounded in a copy")
     rows = paddle.to_tensor(values)[10:20]  # a view with an offset
     np.testing.assert_array_equal(kernels.round_to_float16(rows).numpy(), fp16(values[10:20]))
     empty = paddle.to_tensor(np.zeros((0, 3), np.float32))
@@ -270,7 +272,10 @@ def test_bfloat16_in_place_writes_into_the_tensor_and_views_are_handled():
     copy = kernels.round_to_bfloat16(fresh)
     assert copy.data_ptr() != fresh.data_ptr()
     np.testing.assert_array_equal(fresh.numpy(), values, "the input is kept")
-    assert kernels.round_to_bfloat16(paddle.to_tensor(values).t()) is None, "a strided view: Paddle's kernels"
+    transposed = paddle.to_tensor(values).t()
+    np.testing.assert_array_equal(kernels.round_to_bfloat16(transposed).numpy(), bf16(values.T))
+    np.testing.assert_array_equal(kernels.round_to_bfloat16(transposed, in_place=True).numpy(), bf16(values.T))
+    np.testing.assert_array_equal(transposed.numpy(), values.T, "a strided view is rounded in a copy")
     np.testing.assert_array_equal(rounding.round_values(paddle.to_tensor(values).t(), "bfloat16").numpy(),
                                   bf16(values.T))
     np.testing.assert_array_equal(rounding.round_values(paddle.to_tensor(values)[10:20], "bfloat16").numpy(),

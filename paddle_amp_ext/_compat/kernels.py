@@ -3,11 +3,11 @@ had (:mod:`paddle_amp_ext._native`: F16C for float16, integer round-to-nearest-e
 bfloat16), else, for float16, a sequence of float32 eager kernels (``paddle._C_ops``; bfloat16's
 fallback is in :mod:`paddle_amp_ext.rehearsal.rounding`).
 
-The one-pass kernels read and writes the tensors' memory through ``Tensor.data_ptr()`` (CPU,
-contiguous float32 only) and allocates outputs with ``paddle._C_ops.empty_like(x, dtype,
-place)``. The arithmetic path relies on ``paddle._C_ops.{hardtanh, hardtanh_, scale, assign_out_,
-scale_, subtract_, add_}``. All with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on
-both, CPU).
+The one-pass kernels read and write the tensors' memory through ``Tensor.data_ptr()`` (CPU,
+contiguous float32 only; a strided view is first copied by ``paddle._C_ops.assign``) and
+allocate outputs with ``paddle._C_ops.empty_like(x, dtype, place)``. The arithmetic path
+relies on ``paddle._C_ops.{hardtanh, hardtanh_, scale, assign_out_, scale_, subtract_, add_}``.
+All with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU).
 
 Calling the kernels directly skips the Python-side argument binding of the public API, and the
 in-place forms need two buffers, not thirteen. Fresh buffers are what costs on a CPU: Paddle's
@@ -104,21 +104,28 @@ SCRATCH = Scratch()
 
 
 def rounds_in_place(numel: int, dtype: str = "float16") -> bool:
-    """Whether rounding to ``dtype`` with ``in_place=True`` writes into ``x`` (a contiguous float32
-    CPU tensor of ``numel`` elements) now: always with the one-pass kernel; without it, for
-    float16, large tensors while scratch buffers are kept, and never for bfloat16."""
+    """Whether rounding to ``dtype`` with ``in_place=True`` writes into ``x`` (a float32 CPU
+    tensor of ``numel`` elements; contiguous, for the one-pass kernels) now: always with the
+    one-pass kernel; without it, for float16, large tensors while scratch buffers are kept, and
+    never for bfloat16."""
     if dtype == "float16":
         return fp16_rounder() is not None or SCRATCH.pays(numel)
     return bf16_rounder() is not None
 
 
 def _one_pass(rounder: Optional[Rounder], x: paddle.Tensor, in_place: bool) -> Optional[paddle.Tensor]:
-    """``x`` rounded by a native ``rounder`` (into ``x`` itself with ``in_place``), or None where it
-    cannot be: no kernel, an empty tensor, or not a contiguous float32 CPU tensor."""
+    """``x`` rounded by a native ``rounder``, or None where it cannot be: no kernel, an empty
+    tensor, or not a float32 CPU tensor. With ``in_place`` the result is written into ``x``
+    itself where ``x`` is contiguous; a strided view (a transposed attention head) is copied
+    into a new contiguous tensor (``_C_ops.assign``; not ``Tensor.contiguous``, which makes
+    ``x`` itself contiguous and returns it), rounded there in place."""
     numel = math.prod(x.shape)
-    if (rounder is None or not numel or x.dtype != paddle.float32 or not x.place.is_cpu_place()
-            or not x.is_contiguous()):
+    if rounder is None or not numel or x.dtype != paddle.float32 or not x.place.is_cpu_place():
         return None
+    if not x.is_contiguous():
+        x, in_place = _C.assign(x), True  # a new tensor: its own buffer is the output
+        if not x.is_contiguous():
+            return None
     out = x if in_place else _C.empty_like(x, paddle.float32, x.place)
     rounder(x.data_ptr(), out.data_ptr(), numel)
     return out
@@ -126,8 +133,9 @@ def _one_pass(rounder: Optional[Rounder], x: paddle.Tensor, in_place: bool) -> O
 
 def round_to_bfloat16(x: paddle.Tensor, in_place: bool = False) -> Optional[paddle.Tensor]:
     """``x`` (float32) rounded to the nearest bfloat16 value, ties to even, by the one-pass kernel,
-    as a new float32 tensor (``x`` itself with ``in_place``); None where that kernel cannot round
-    ``x`` (see :func:`_one_pass`): the caller then uses Paddle's kernels.
+    as a new float32 tensor (``x`` itself with ``in_place``, where ``x`` is contiguous); None
+    where that kernel cannot round ``x`` (see :func:`_one_pass`): the caller then uses Paddle's
+    kernels.
 
     Values from ``(2 - 2**-8) * 2**127`` on become +-inf, subnormals round as bfloat16
     subnormals, the sign of zero is kept, nan stays nan (quiet). Exact for every float32 input,
@@ -141,7 +149,8 @@ def round_to_float16(x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:
     """A new float32 tensor: ``x`` (float32) rounded to the nearest float16 value, ties to even.
 
     With ``in_place`` where :func:`rounds_in_place` says so, the result is written into ``x``
-    itself and ``x`` is returned (no fresh buffer to fault in).
+    itself and ``x`` is returned (no fresh buffer to fault in); with the one-pass kernel, a
+    strided ``x`` is rounded in a contiguous copy instead.
 
     Values of magnitude >= 65520 become +-inf, nan stays nan, values below float16's
     subnormal range become 0. Exact for every float32 input, checked exhaustively against

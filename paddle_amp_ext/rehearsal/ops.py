@@ -120,6 +120,7 @@ _observers: List[Callable[[str, Any], None]] = []
 _inside = threading.local()  # .depth: wrapped ops running in this thread
 
 
+@functools.cache  # one wrapper per original: entering a rehearsal re-installs it (124 entry points)
 def _wrap(original: Callable, name: str, op_types: Tuple[str, ...], kind: str) -> Callable:
     @functools.wraps(original)
     def op(*args: Any, **kwargs: Any) -> Any:
