@@ -113,7 +113,11 @@ def kernel_name(dtype: str) -> str:
     return kernel(dtype)
 
 
-def measure_here(dtypes: List[str], steps: int, repeats: int, only: str | None = None) -> List[Dict[str, Any]]:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def measure_here(dtypes: List[str], steps: int, repeats: int, only: str | None = None,
+                 clock: str = "wall") -> List[Dict[str, Any]]:
     import logging
 
     import paddle
@@ -121,7 +125,7 @@ def measure_here(dtypes: List[str], steps: int, repeats: int, only: str | None =
     logging.getLogger("paddle_amp_ext").setLevel(logging.ERROR)  # the CPU auto_cast notice
     results = []
     for dtype in dtypes:
-        rows = {name: measure_model(build, x_shape, y_shape, dtype, steps, repeats)
+        rows = {name: measure_model(build, x_shape, y_shape, dtype, steps, repeats, CLOCKS[clock])
                 for name, (build, (x_shape, y_shape)) in models().items() if only in (None, name)}
         results.append({"paddle": paddle.__version__, "dtype": dtype, "kernel": kernel_name(dtype), "rows": rows})
     return results
@@ -151,13 +155,15 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--python", action="append", default=[], help="an interpreter to measure (repeatable)")
     parser.add_argument("--dtype", action="append", choices=DTYPES, help="a dtype (repeatable; default both)")
     parser.add_argument("--kernel", choices=("both", "native", "paddle"), default="both")
-    parser.add_argument("--steps", type=int, default=6, help="training steps per block")
-    parser.add_argument("--repeats", type=int, default=15, help="blocks per variant")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                        help="wall time, or the CPU time of the process (without waiting for a core)")
+    parser.add_argument("--steps", type=int, default=8, help="training steps per block")
+    parser.add_argument("--repeats", type=int, default=11, help="blocks per variant")
     parser.add_argument("--only", metavar="MODEL", choices=MODELS, help="one model")
     args = parser.parse_args(argv)
     dtypes = args.dtype or list(DTYPES)
     if args.here:
-        results = measure_here(dtypes, args.steps, args.repeats, args.only)
+        results = measure_here(dtypes, args.steps, args.repeats, args.only, args.clock)
         print(json.dumps(results) if args.json else "\n\n".join(table([r]) for r in results))
         return 0 if not missed(results) else 1
     pythons = args.python or [p for p in (os.path.join(ROOT, v, "bin", "python") for v in VENVS)
@@ -167,7 +173,7 @@ def main(argv: List[str] | None = None) -> int:
     for python in pythons:
         for switch in switches:  # the default kernels, then the fallback
             cmd = [python, os.path.abspath(__file__), "--here", "--json", "--steps", str(args.steps),
-                   "--repeats", str(args.repeats)] + [f"--dtype={d}" for d in dtypes]
+                   "--repeats", str(args.repeats), "--clock", args.clock] + [f"--dtype={d}" for d in dtypes]
             cmd += ["--only", args.only] if args.only else []
             env = {**os.environ, "PYTHONWARNINGS": "ignore", "PADDLE_AMP_EXT_NATIVE": switch,
                    "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
@@ -176,7 +182,7 @@ def main(argv: List[str] | None = None) -> int:
                 print(f"{python}: exit {proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)
                 return 2
             results += [dict(r, default=switch == "1") for r in json.loads(proc.stdout.strip().splitlines()[-1])]
-    print(f"Machine: {machine()}")
+    print(f"Machine: {machine()}; load average {os.getloadavg()[0]:.1f} at the end; {args.clock} time")
     for dtype in dtypes:
         print(f"\n{dtype} rehearsal step / float32 step (median, 25th-75th percentile):\n")
         print(table([r for r in results if r["dtype"] == dtype]))
