@@ -329,3 +329,19 @@ def test_a_bfloat16_rehearsal_trains_the_same_with_either_kernel(monkeypatch):
     assert native_losses == fallback_losses
     for a, b in zip(native_params, fallback_params):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_cached_library_without_the_kernels_is_not_used(rebuild, monkeypatch, tmp_path):
+    """A library under the cache's name that lacks the rounding symbols (another source): named,
+    and the kernels are built again in a temporary folder."""
+    require_native_kernel()
+    folder = tmp_path / "other"
+    folder.mkdir()
+    source, target = tmp_path / "other.c", folder / build.library_name()
+    source.write_text("int pae_something_else(void) { return 0; }\n")
+    subprocess.run([*build.compiler(), "-shared", "-fPIC", "-o", str(target), str(source)], check=True, timeout=120)
+    monkeypatch.setenv(build.ENV_CACHE, str(folder))
+    build.reset()
+    current = build.status()
+    assert current.available and build.bf16_rounder() is not None
+    assert current.detail.startswith(f"built in a temporary folder ({folder}: {target} lacks a rounding kernel: ")

@@ -176,13 +176,16 @@ def _check(name: str, rounder: Rounder, probe: Tuple[List[float], List[float]]) 
 
 def _load(path: str) -> Kernels:
     lib = ctypes.CDLL(path)
-    lib.pae_fp16_supported.restype = ctypes.c_int
-    lib.pae_fp16_supported.argtypes = []
-    kernels = Kernels(lib.pae_round_fp16, lib.pae_round_bf16)
+    try:
+        supported, kernels = lib.pae_fp16_supported, Kernels(lib.pae_round_fp16, lib.pae_round_bf16)
+    except AttributeError as exc:  # a library from another source under this name
+        raise BuildError(f"{path} lacks a rounding kernel: {exc}") from None
+    supported.restype = ctypes.c_int
+    supported.argtypes = []
     for rounder in kernels:
         rounder.restype = ctypes.c_int
         rounder.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    if not lib.pae_fp16_supported():
+    if not supported():
         raise BuildError("this CPU has no F16C instructions")
     _check("float16", kernels.fp16, _probe())
     _check("bfloat16", kernels.bf16, _bf16_probe())
