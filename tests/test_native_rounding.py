@@ -190,18 +190,20 @@ def test_in_place_writes_into_the_tensor_and_views_are_handled():
     assert kernels.round_to_float16(empty).shape == [0, 3]
 
 
-def test_a_rehearsal_trains_the_same_with_either_kernel(monkeypatch):
+@pytest.mark.parametrize("dtype, rounder", [("float16", "fp16_rounder"), ("bfloat16", "bf16_rounder")])
+def test_a_rehearsal_trains_the_same_with_either_kernel(monkeypatch, dtype, rounder):
     require_native_kernel()
 
     def run():
         paddle.seed(0)
         model = paddle.nn.Sequential(paddle.nn.Linear(64, 256), paddle.nn.ReLU(), paddle.nn.Linear(256, 1))
-        opt = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
+        opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
         x, y = paddle.randn([128, 64]) * 30, paddle.randn([128, 1])
         losses = []
-        with amp.fp16_emulation(model):
+        with amp.fp16_emulation(model, dtype):
             for _ in range(3):
-                loss = paddle.nn.functional.mse_loss(model(x), y)
+                with amp.auto_cast(dtype=dtype):
+                    loss = paddle.nn.functional.mse_loss(model(x), y)
                 loss.backward()
                 opt.step()
                 opt.clear_grad()
@@ -209,10 +211,10 @@ def test_a_rehearsal_trains_the_same_with_either_kernel(monkeypatch):
         return losses, [p.numpy() for p in model.parameters()]
 
     native_losses, native_params = run()
-    monkeypatch.setattr(kernels, "fp16_rounder", lambda: None)
-    arithmetic_losses, arithmetic_params = run()
-    assert native_losses == arithmetic_losses
-    for a, b in zip(native_params, arithmetic_params):
+    monkeypatch.setattr(kernels, rounder, lambda: None)
+    fallback_losses, fallback_params = run()
+    assert native_losses == fallback_losses
+    for a, b in zip(native_params, fallback_params):
         np.testing.assert_array_equal(a, b)
 
 
@@ -302,33 +304,6 @@ def test_bfloat16_round_trips_match_with_either_kernel(rebuild, monkeypatch, swi
         np.testing.assert_array_equal(x.grad.numpy(), bf16(values))
         np.testing.assert_array_equal(rounding.round_values(paddle.to_tensor(values), "bfloat16").numpy(),
                                       bf16(values))
-
-
-def test_a_bfloat16_rehearsal_trains_the_same_with_either_kernel(monkeypatch):
-    require_native_kernel()
-
-    def run():
-        paddle.seed(0)
-        model = paddle.nn.Sequential(paddle.nn.Linear(64, 256), paddle.nn.ReLU(), paddle.nn.Linear(256, 1))
-        opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
-        x, y = paddle.randn([128, 64]) * 30, paddle.randn([128, 1])
-        losses = []
-        with amp.fp16_emulation(model, "bfloat16"):
-            for _ in range(3):
-                with amp.auto_cast(dtype="bfloat16"):
-                    loss = paddle.nn.functional.mse_loss(model(x), y)
-                loss.backward()
-                opt.step()
-                opt.clear_grad()
-                losses.append(float(loss))
-        return losses, [p.numpy() for p in model.parameters()]
-
-    native_losses, native_params = run()
-    monkeypatch.setattr(kernels, "bf16_rounder", lambda: None)
-    fallback_losses, fallback_params = run()
-    assert native_losses == fallback_losses
-    for a, b in zip(native_params, fallback_params):
-        np.testing.assert_array_equal(a, b)
 
 
 def test_a_cached_library_without_the_kernels_is_not_used(rebuild, monkeypatch, tmp_path):
