@@ -41,8 +41,11 @@ VENVS = (".venv", ".venv-paddle26")
 
 
 # --------------------------------------------------------------------------- measurement
-def paired(variants: Dict[str, Callable[[], None]], steps: int, repeats: int, warmup: int = 3) -> Dict[str, List[float]]:
-    """Seconds per call of each variant, per repeat; the variants alternate in short blocks."""
+def paired(variants: Dict[str, Callable[[], None]], steps: int, repeats: int, warmup: int = 3,
+           clock: Callable[[], float] = time.perf_counter) -> Dict[str, List[float]]:
+    """Seconds per call of each variant, per repeat; the variants alternate in short blocks.
+    ``clock``: wall time, or ``time.process_time`` (the CPU time of every thread of the process:
+    on a loaded machine, without the time spent waiting for a core)."""
     for fn in variants.values():
         for _ in range(warmup):
             fn()
@@ -51,10 +54,10 @@ def paired(variants: Dict[str, Callable[[], None]], steps: int, repeats: int, wa
     for r in range(repeats):
         for name in order if r % 2 == 0 else reversed(order):  # alternate who goes first
             fn = variants[name]
-            start = time.perf_counter()
+            start = clock()
             for _ in range(steps):
                 fn()
-            samples[name].append((time.perf_counter() - start) / steps)
+            samples[name].append((clock() - start) / steps)
     return samples
 
 

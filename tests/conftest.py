@@ -43,8 +43,9 @@ def caplog_amp(caplog):
 
 @pytest.fixture(params=["native", "arithmetic"])
 def fp16_kernel(request, monkeypatch):
-    """Run the test with each float16 rounding kernel: the compiled one-pass kernel, and Paddle's
-    thirteen float32 kernels (the fallback where it cannot be built)."""
+    """Run the test with each kind of rounding kernel: the compiled one-pass kernels (F16C for
+    float16, integer for bfloat16), and Paddle's kernels (the fallback where they cannot be
+    built: thirteen float32 kernels for float16; the cast pair or float32 arithmetic for bfloat16)."""
     from helpers import require_native_kernel
 
     from paddle_amp_ext._compat import kernels
@@ -53,4 +54,5 @@ def fp16_kernel(request, monkeypatch):
         require_native_kernel()
     else:
         monkeypatch.setattr(kernels, "fp16_rounder", lambda: None)
+        monkeypatch.setattr(kernels, "bf16_rounder", lambda: None)
     return request.param

@@ -101,3 +101,11 @@ for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
     proj.bias.set_value(paddle.full_like(proj.bias, 100.0))
 model = paddle.nn.Sequential(layer)
 """
+
+
+def bf16(values):
+    """``values`` rounded to the nearest bfloat16 (ties to even) on the bit pattern, as float32."""
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    nearest = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(values), values, nearest)

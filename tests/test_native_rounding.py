@@ -11,11 +11,12 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from helpers import fp16, no_compiler, require_native_kernel
+from helpers import bf16, fp16, no_compiler, require_native_kernel
 
 import paddle_amp_ext as amp
 from paddle_amp_ext._compat import kernels
-from paddle_amp_ext._native import build
+from paddle_amp_ext._native import build, probes
+from paddle_amp_ext.rehearsal import rounding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -167,24 +168,28 @@ def test_in_place_writes_into_the_tensor_and_views_are_handled():
     np.testing.assert_array_equal(fresh.numpy(), values, "the input is kept")
     transposed = paddle.to_tensor(values).t()  # a strided view on Paddle 3.x and 2.6: not contiguous
     np.testing.assert_array_equal(kernels.round_to_float16(transposed).numpy(), fp16(values.T))
+    np.testing.assert_array_equal(kernels.round_to_float16(transposed, in_place=True).numpy(), fp16(values.T))
+    np.testing.assert_array_equal(transposed.numpy(), values.T, "a strided view is rounded in a copy")
     rows = paddle.to_tensor(values)[10:20]  # a view with an offset
     np.testing.assert_array_equal(kernels.round_to_float16(rows).numpy(), fp16(values[10:20]))
     empty = paddle.to_tensor(np.zeros((0, 3), np.float32))
     assert kernels.round_to_float16(empty).shape == [0, 3]
 
 
-def test_a_rehearsal_trains_the_same_with_either_kernel(monkeypatch):
+@pytest.mark.parametrize("dtype, rounder", [("float16", "fp16_rounder"), ("bfloat16", "bf16_rounder")])
+def test_a_rehearsal_trains_the_same_with_either_kernel(monkeypatch, dtype, rounder):
     require_native_kernel()
 
     def run():
         paddle.seed(0)
         model = paddle.nn.Sequential(paddle.nn.Linear(64, 256), paddle.nn.ReLU(), paddle.nn.Linear(256, 1))
-        opt = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
+        opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
         x, y = paddle.randn([128, 64]) * 30, paddle.randn([128, 1])
         losses = []
-        with amp.fp16_emulation(model):
+        with amp.fp16_emulation(model, dtype):
             for _ in range(3):
-                loss = paddle.nn.functional.mse_loss(model(x), y)
+                with amp.auto_cast(dtype=dtype):
+                    loss = paddle.nn.functional.mse_loss(model(x), y)
                 loss.backward()
                 opt.step()
                 opt.clear_grad()
@@ -192,23 +197,112 @@ def test_a_rehearsal_trains_the_same_with_either_kernel(monkeypatch):
         return losses, [p.numpy() for p in model.parameters()]
 
     native_losses, native_params = run()
-    monkeypatch.setattr(kernels, "fp16_rounder", lambda: None)
-    arithmetic_losses, arithmetic_params = run()
-    assert native_losses == arithmetic_losses
-    for a, b in zip(native_params, arithmetic_params):
+    monkeypatch.setattr(kernels, rounder, lambda: None)
+    fallback_losses, fallback_params = run()
+    assert native_losses == fallback_losses
+    for a, b in zip(native_params, fallback_params):
         np.testing.assert_array_equal(a, b)
+
+
+def check_script():
+    spec = importlib.util.spec_from_file_location("check_fp16_rounding",
+                                                  os.path.join(ROOT, "scripts", "check_fp16_rounding.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
 
 
 def test_every_bit_pattern_of_a_sample_rounds_as_numpy_does():
     """Every 4099th float32 bit pattern (1M values over all exponents) through both kernels;
     ``scripts/check_fp16_rounding.py`` checks all 2**32."""
-    spec = importlib.util.spec_from_file_location("check_fp16_rounding",
-                                                  os.path.join(ROOT, "scripts", "check_fp16_rounding.py"))
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = check_script()
     which = ["native", "arithmetic"] if build.status().available else ["arithmetic"]
     report = script.check(which, step=4099)
     for name in which:
         assert report[name]["checked"] == 1047809 and report[name]["wrong"] == 0, report
     assert script.passed(report)
     assert report["arithmetic"]["zero_sign"] > 0, "the documented +0 for flushed negatives"
+
+
+def test_every_bit_pattern_of_a_sample_rounds_to_the_nearest_bfloat16():
+    """Every 4099th float32 bit pattern, and every pattern of the subnormal and overflow ends,
+    through the bfloat16 kernels there are (one-pass, Paddle's cast where it is exact,
+    arithmetic): nearest-even, signs of zero kept, nan for nan."""
+    script = check_script()
+    which = script.available("bfloat16", "both")
+    assert "arithmetic" in which and ("cast" in which) == paddle.__version__.startswith("3.")
+    for start, stop, step, count in ((0, 1 << 32, 4099, 1047809), (0x80000000, 0x80020000, 1, 1 << 17),
+                                     (0x7F7F0000, 0x7F810000, 1, 1 << 17)):
+        report = script.check(which, step=step, start=start, stop=stop, dtype="bfloat16")
+        for name in which:
+            assert report[name]["checked"] == count and report[name]["wrong"] == 0, report
+            assert report[name]["zero_sign"] == 0, report
+    assert script.passed(report, "bfloat16")
+
+
+def test_the_bfloat16_probe_is_nearest_even():
+    """The values the loader checks a built library with are bfloat16's nearest-even roundings."""
+    values, expected = probes.bf16_probe()
+    np.testing.assert_array_equal(np.array(expected, np.float32), bf16(values))
+    assert np.signbit(np.array(expected, np.float32)[values.index(-0.0)])
+
+
+def test_bfloat16_in_place_writes_into_the_tensor_and_views_are_handled():
+    require_native_kernel()
+    values = wide_values(4096).reshape(64, 64)
+    values[0, :4] = [-0.0, -1e-45, np.inf, np.nan]
+    x = paddle.to_tensor(values)
+    pointer = x.data_ptr()
+    assert kernels.round_to_bfloat16(x, in_place=True).data_ptr() == pointer
+    np.testing.assert_array_equal(x.numpy(), bf16(values))
+    assert np.signbit(x.numpy()[0, :2]).all()
+    fresh = paddle.to_tensor(values)
+    copy = kernels.round_to_bfloat16(fresh)
+    assert copy.data_ptr() != fresh.data_ptr()
+    np.testing.assert_array_equal(fresh.numpy(), values, "the input is kept")
+    transposed = paddle.to_tensor(values).t()
+    np.testing.assert_array_equal(kernels.round_to_bfloat16(transposed).numpy(), bf16(values.T))
+    np.testing.assert_array_equal(kernels.round_to_bfloat16(transposed, in_place=True).numpy(), bf16(values.T))
+    np.testing.assert_array_equal(transposed.numpy(), values.T, "a strided view is rounded in a copy")
+    np.testing.assert_array_equal(rounding.round_values(paddle.to_tensor(values).t(), "bfloat16").numpy(),
+                                  bf16(values.T))
+    np.testing.assert_array_equal(rounding.round_values(paddle.to_tensor(values)[10:20], "bfloat16").numpy(),
+                                  bf16(values[10:20]))
+    assert kernels.round_to_bfloat16(paddle.to_tensor(np.zeros((0, 3), np.float32))) is None
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_bfloat16_round_trips_match_with_either_kernel(rebuild, monkeypatch, switch):
+    """Large and small tensors, with and without a gradient, in place or not: the same values
+    whichever kernel rounds (the switch turns the one-pass kernel off)."""
+    monkeypatch.setenv(build.ENV_SWITCH, switch)
+    build.reset()
+    if switch == "1":
+        require_native_kernel()
+    assert rounding.kernel("bfloat16") == ("bf16 kernel" if switch == "1" else
+                                           "Paddle cast" if rounding.cast_is_exact("bfloat16") else "Paddle arithmetic")
+    for size in (100, 5000, 70000):
+        values = wide_values(size, seed=size)
+        x = paddle.to_tensor(values, stop_gradient=False)
+        y = rounding.round_trip(x * 1.0, "bfloat16", in_place=True)
+        np.testing.assert_array_equal(y.numpy(), bf16(values))
+        (y * paddle.to_tensor(values)).sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), bf16(values))
+        np.testing.assert_array_equal(rounding.round_values(paddle.to_tensor(values), "bfloat16").numpy(),
+                                      bf16(values))
+
+
+def test_a_cached_library_without_the_kernels_is_not_used(rebuild, monkeypatch, tmp_path):
+    """A library under the cache's name that lacks the rounding symbols (another source): named,
+    and the kernels are built again in a temporary folder."""
+    require_native_kernel()
+    folder = tmp_path / "other"
+    folder.mkdir()
+    source, target = tmp_path / "other.c", folder / build.library_name()
+    source.write_text("int pae_something_else(void) { return 0; }\n")
+    subprocess.run([*build.compiler(), "-shared", "-fPIC", "-o", str(target), str(source)], check=True, timeout=120)
+    monkeypatch.setenv(build.ENV_CACHE, str(folder))
+    build.reset()
+    current = build.status()
+    assert current.available and build.bf16_rounder() is not None
+    assert current.detail.startswith(f"built in a temporary folder ({folder}: {target} lacks a rounding kernel: ")

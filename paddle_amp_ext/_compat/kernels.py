@@ -1,11 +1,13 @@
-"""float16 rounding of float32 tensors: one pass of the compiled F16C kernel where it can be had
-(:mod:`paddle_amp_ext._native`), else a sequence of float32 eager kernels (``paddle._C_ops``).
+"""float16 and bfloat16 rounding of float32 tensors: one pass of a compiled kernel where it can be
+had (:mod:`paddle_amp_ext._native`: F16C for float16, integer round-to-nearest-even for
+bfloat16), else, for float16, a sequence of float32 eager kernels (``paddle._C_ops``; bfloat16's
+fallback is in :mod:`paddle_amp_ext.rehearsal.rounding`).
 
-The one-pass kernel reads and writes the tensors' memory through ``Tensor.data_ptr()`` (CPU,
-contiguous float32 only) and allocates outputs with ``paddle._C_ops.empty_like(x, dtype,
-place)``. The arithmetic path relies on ``paddle._C_ops.{hardtanh, hardtanh_, scale, assign_out_,
-scale_, subtract_, add_}``. All with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on
-both, CPU).
+The one-pass kernels read and write the tensors' memory through ``Tensor.data_ptr()`` (CPU,
+contiguous float32 only; a strided view is first copied by ``paddle._C_ops.assign``) and
+allocate outputs with ``paddle._C_ops.empty_like(x, dtype, place)``. The arithmetic path
+relies on ``paddle._C_ops.{hardtanh, hardtanh_, scale, assign_out_, scale_, subtract_, add_}``.
+All with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU).
 
 Calling the kernels directly skips the Python-side argument binding of the public API, and the
 in-place forms need two buffers, not thirteen. Fresh buffers are what costs on a CPU: Paddle's
@@ -30,7 +32,7 @@ from typing import Optional
 
 import paddle
 
-from .._native import fp16_rounder
+from .._native import Rounder, bf16_rounder, fp16_rounder
 
 _C = paddle._C_ops
 
@@ -101,18 +103,54 @@ class Scratch:
 SCRATCH = Scratch()
 
 
-def rounds_in_place(numel: int) -> bool:
-    """Whether ``round_to_float16(x, in_place=True)`` writes into ``x`` (a float32 CPU tensor of
-    ``numel`` elements) now: always with the one-pass kernel, else for large tensors while
-    scratch buffers are kept."""
-    return fp16_rounder() is not None or SCRATCH.pays(numel)
+def rounds_in_place(numel: int, dtype: str = "float16") -> bool:
+    """Whether rounding to ``dtype`` with ``in_place=True`` writes into ``x`` (a float32 CPU
+    tensor of ``numel`` elements; contiguous, for the one-pass kernels) now: always with the
+    one-pass kernel; without it, for float16, large tensors while scratch buffers are kept, and
+    never for bfloat16."""
+    if dtype == "float16":
+        return fp16_rounder() is not None or SCRATCH.pays(numel)
+    return bf16_rounder() is not None
+
+
+def _one_pass(rounder: Optional[Rounder], x: paddle.Tensor, in_place: bool) -> Optional[paddle.Tensor]:
+    """``x`` rounded by a native ``rounder``, or None where it cannot be: no kernel, an empty
+    tensor, or not a float32 CPU tensor. With ``in_place`` the result is written into ``x``
+    itself where ``x`` is contiguous; a strided view (a transposed attention head) is copied
+    into a new contiguous tensor (``_C_ops.assign``; not ``Tensor.contiguous``, which makes
+    ``x`` itself contiguous and returns it), rounded there in place."""
+    numel = math.prod(x.shape)
+    if rounder is None or not numel or x.dtype != paddle.float32 or not x.place.is_cpu_place():
+        return None
+    if not x.is_contiguous():
+        x, in_place = _C.assign(x), True  # a new tensor: its own buffer is the output
+        if not x.is_contiguous():
+            return None
+    out = x if in_place else _C.empty_like(x, paddle.float32, x.place)
+    rounder(x.data_ptr(), out.data_ptr(), numel)
+    return out
+
+
+def round_to_bfloat16(x: paddle.Tensor, in_place: bool = False) -> Optional[paddle.Tensor]:
+    """``x`` (float32) rounded to the nearest bfloat16 value, ties to even, by the one-pass kernel,
+    as a new float32 tensor (``x`` itself with ``in_place``, where ``x`` is contiguous); None
+    where that kernel cannot round ``x`` (see :func:`_one_pass`): the caller then uses Paddle's
+    kernels.
+
+    Values from ``(2 - 2**-8) * 2**127`` on become +-inf, subnormals round as bfloat16
+    subnormals, the sign of zero is kept, nan stays nan (quiet). Exact for every float32 input,
+    checked exhaustively (``scripts/check_fp16_rounding.py --dtype bfloat16``). Not
+    differentiable by itself.
+    """
+    return _one_pass(bf16_rounder(), x, in_place)
 
 
 def round_to_float16(x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:
     """A new float32 tensor: ``x`` (float32) rounded to the nearest float16 value, ties to even.
 
     With ``in_place`` where :func:`rounds_in_place` says so, the result is written into ``x``
-    itself and ``x`` is returned (no fresh buffer to fault in).
+    itself and ``x`` is returned (no fresh buffer to fault in); with the one-pass kernel, a
+    strided ``x`` is rounded in a contiguous copy instead.
 
     Values of magnitude >= 65520 become +-inf, nan stays nan, values below float16's
     subnormal range become 0. Exact for every float32 input, checked exhaustively against
@@ -122,14 +160,8 @@ def round_to_float16(x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:
 
     Not differentiable by itself; call it on tensors that need no gradient.
     """
-    numel = math.prod(x.shape)
-    rounder = fp16_rounder()
-    if (rounder is not None and numel and x.dtype == paddle.float32 and x.place.is_cpu_place()
-            and x.is_contiguous()):
-        out = x if in_place else _C.empty_like(x, paddle.float32, x.place)
-        rounder(x.data_ptr(), out.data_ptr(), numel)
-        return out
-    return round_arithmetic(x, in_place)
+    out = _one_pass(fp16_rounder(), x, in_place)
+    return round_arithmetic(x, in_place) if out is None else out
 
 
 def round_arithmetic(x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:

@@ -1,5 +1,5 @@
-"""The compiled one-pass float16 rounding kernel of the fp16 rehearsal, built on first use."""
+"""The compiled one-pass float16 and bfloat16 rounding kernels of the rehearsal, built on first use."""
 
-from .build import NativeStatus, fp16_rounder, status
+from .build import NativeStatus, Rounder, bf16_rounder, fp16_rounder, status
 
-__all__ = ["NativeStatus", "fp16_rounder", "status"]
+__all__ = ["NativeStatus", "Rounder", "bf16_rounder", "fp16_rounder", "status"]

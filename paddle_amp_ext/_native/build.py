@@ -1,4 +1,4 @@
-"""Build, cache and load the one-pass float16 rounding kernel (``fp16round.c``).
+"""Build, cache and load the one-pass float16 and bfloat16 rounding kernels (``fp16round.c``).
 
 The fp16 rehearsal rounds every weight, activation and gradient that AMP would hold in float16,
 on a CPU. Paddle's kernels can do that exactly in thirteen float32 passes
@@ -17,7 +17,11 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
   ``$PADDLE_AMP_EXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/paddle_amp_ext`` or
   ``~/.cache/paddle_amp_ext``; failing that in a private temporary folder removed after
   loading);
-- a library that does not round a probe exactly as numpy does.
+- a library that does not round a probe exactly as numpy does (float16) or as the bfloat16
+  values written out in :func:`.probes.bf16_probe` say.
+
+The bfloat16 kernel (integer round-to-nearest-even on the bit pattern, AVX2 where the CPU has it)
+is built and loaded with the float16 one, from the same file, under the same conditions.
 
 A cached library is loaded only after :mod:`.trust` has checked it: a folder and file nobody but
 this user could have written (a cache folder others can write is not even looked into: the
@@ -48,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._log import warn_once
-from . import trust
+from . import probes, trust
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +108,7 @@ NO_COMPILER = "no C compiler found (set CC, or install gcc)"
 SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
     "pae_fp16_supported": (ctypes.c_int, []),
     "pae_round_fp16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
+    "pae_round_bf16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
 }
 #: The loaded library's functions, by name (those of :data:`SYMBOLS`).
 Kernel = Dict[str, Any]
@@ -198,21 +203,9 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
     return kernel, target if stale is None else f"{target} (built again: {stale})"
 
 
-def _probe() -> Tuple[List[float], List[float]]:
-    """Values at every kind of rounding decision, and what numpy's float16 conversion makes of them."""
-    import numpy as np
-
-    values = np.array([0.1, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, 2049.0, 2051.0, 65504.0, 65519.0, 65520.0,
-                       -7.0e4, 3.0e38, float("inf"), 2.0**-14, 2.0**-25, 3 * 2.0**-26, 2.0**-26, 1e-8,
-                       1e-40, -1e-6, 0.0, 8.0, 12345.678], dtype=np.float32)
-    with np.errstate(over="ignore"):
-        expected = values.astype(np.float16).astype(np.float32)
-    return values.tolist(), expected.tolist()
-
-
 def _load(path: str) -> Kernel:
     """``ctypes.CDLL(path)`` (its constructors run now: callers verify it first), every function
-    of :data:`SYMBOLS` bound, and the rounding probed against numpy.
+    of :data:`SYMBOLS` bound, and both roundings probed (:mod:`.probes`).
 
     Raises:
         OSError: not a loadable library. AttributeError: a function is missing.
@@ -226,11 +219,11 @@ def _load(path: str) -> Kernel:
         kernel[name] = function
     if not kernel["pae_fp16_supported"]():
         raise UnsupportedCPUError("this CPU has no F16C instructions")
-    values, expected = _probe()
-    buffer = (ctypes.c_float * len(values))(*values)
-    kernel["pae_round_fp16"](ctypes.addressof(buffer), ctypes.addressof(buffer), len(values))
-    if list(buffer) != expected:
-        raise BuildError(f"the built kernel rounded a probe wrongly: {list(buffer)} != {expected}")
+    for name, symbol, probe in (("float16", "pae_round_fp16", probes.fp16_probe()),
+                                ("bfloat16", "pae_round_bf16", probes.bf16_probe())):
+        wrong = probes.wrong_answer(kernel[symbol], probe)
+        if wrong:
+            raise BuildError(f"the built {name} kernel rounded a probe wrongly: {wrong}")
     return kernel
 
 
@@ -290,6 +283,12 @@ def fp16_rounder() -> Optional[Rounder]:
     where it cannot be had."""
     kernel = _result()[0]
     return None if kernel is None else kernel["pae_round_fp16"]
+
+
+def bf16_rounder() -> Optional[Rounder]:
+    """The loaded bfloat16 kernel, built and loaded with :func:`fp16_rounder`'s (so None where that is)."""
+    kernel = _result()[0]
+    return None if kernel is None else kernel["pae_round_bf16"]
 
 
 def status() -> NativeStatus:

@@ -1,13 +1,41 @@
-/* float32 -> nearest float16 value (ties to even) -> float32, one pass, with the x86 F16C
- * instructions (vcvtps2ph / vcvtph2ps), chosen at run time. Built and loaded by
- * paddle_amp_ext/_native/build.py; no Python or Paddle headers.
+/* One-pass rounding of float32 values to the nearest float16 or bfloat16 value (ties to even)
+ * and back to float32. Built and loaded by paddle_amp_ext/_native/build.py; no Python or Paddle
+ * headers. In both, dst may be src (in place).
  *
+ * float16, with the x86 F16C instructions (vcvtps2ph / vcvtph2ps), chosen at run time:
  * vcvtps2ph with an explicit rounding immediate rounds to nearest-even, turns values beyond
  * float16's range into +-inf, keeps nan and the sign of zero, and produces float16 subnormals;
  * vcvtph2ps widens exactly. FTZ and DAZ are cleared around the loop, so the caller's MXCSR
  * (some BLAS set them) cannot flush float16 subnormals or their float32 inputs.
+ *
+ * bfloat16 is float32's upper 16 bits, so rounding is integer arithmetic on the bit pattern:
+ * add 0x7fff plus the lowest kept bit (ties to even), clear the low 16 bits. A carry moves into
+ * the exponent exactly as rounding up to the next binade does, the largest finite values round
+ * to inf, subnormals round as subnormals (no MXCSR involved), the sign of zero is kept; nan
+ * becomes a quiet nan of the same sign (the carry could otherwise turn its payload into inf).
+ * AVX2 (8 values per instruction) where the CPU has it, else the same arithmetic in plain C.
  */
 #include <stdint.h>
+#include <string.h>
+
+#define PAE_BF16_KEEP 0xffff0000u
+#define PAE_ABS 0x7fffffffu
+#define PAE_INF 0x7f800000u
+#define PAE_QUIET 0x00400000u
+
+static inline uint32_t round_bf16_bits(uint32_t b) {
+    if ((b & PAE_ABS) > PAE_INF) return (b | PAE_QUIET) & PAE_BF16_KEEP;
+    return (b + 0x7fffu + ((b >> 16) & 1u)) & PAE_BF16_KEEP;
+}
+
+static void round_bf16_scalar(const float *src, float *dst, int64_t i, int64_t n) {
+    for (; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, src + i, sizeof b);
+        b = round_bf16_bits(b);
+        memcpy(dst + i, &b, sizeof b);
+    }
+}
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
@@ -30,7 +58,25 @@ static void round_f16c(const float *src, float *dst, int64_t n) {
     _mm_setcsr(csr);
 }
 
+__attribute__((target("avx2")))
+static void round_bf16_avx2(const float *src, float *dst, int64_t n) {
+    const __m256i keep = _mm256_set1_epi32((int)PAE_BF16_KEEP), abs = _mm256_set1_epi32((int)PAE_ABS);
+    const __m256i inf = _mm256_set1_epi32((int)PAE_INF), quiet = _mm256_set1_epi32((int)PAE_QUIET);
+    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i even = _mm256_and_si256(_mm256_srli_epi32(b, 16), one);
+        __m256i rounded = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(half, even)), keep);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, abs), inf);  /* |b| <= 0x7fffffff: signed is fine */
+        __m256i quieted = _mm256_and_si256(_mm256_or_si256(b, quiet), keep);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_blendv_epi8(rounded, quieted, nan));
+    }
+    round_bf16_scalar(src, dst, i, n);
+}
+
 static int supported = -1;
+static int has_avx2 = -1;
 
 int pae_fp16_supported(void) {
     if (supported < 0) {
@@ -40,10 +86,21 @@ int pae_fp16_supported(void) {
     return supported;
 }
 
-/* dst may be src (in place). Returns 0, or -1 where this CPU has no F16C (nothing written). */
+/* Returns 0, or -1 where this CPU has no F16C (nothing written). */
 int pae_round_fp16(const float *src, float *dst, int64_t n) {
     if (supported <= 0 && !pae_fp16_supported()) return -1;
     round_f16c(src, dst, n);
+    return 0;
+}
+
+/* Returns 0 (every CPU can). */
+int pae_round_bf16(const float *src, float *dst, int64_t n) {
+    if (has_avx2 < 0) {
+        __builtin_cpu_init();
+        has_avx2 = __builtin_cpu_supports("avx2");
+    }
+    if (has_avx2) round_bf16_avx2(src, dst, n);
+    else round_bf16_scalar(src, dst, 0, n);
     return 0;
 }
 
@@ -54,6 +111,11 @@ int pae_fp16_supported(void) { return 0; }
 int pae_round_fp16(const float *src, float *dst, int64_t n) {
     (void)src; (void)dst; (void)n;
     return -1;
+}
+
+int pae_round_bf16(const float *src, float *dst, int64_t n) {
+    round_bf16_scalar(src, dst, 0, n);
+    return 0;
 }
 
 #endif

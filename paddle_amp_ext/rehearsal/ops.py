@@ -146,6 +146,7 @@ _observers: List[Callable[[str, Any], None]] = []
 _inside = threading.local()  # .depth: wrapped ops running in this thread
 
 
+@functools.cache  # one wrapper per original: entering a rehearsal re-installs it (124 entry points)
 def _wrap(original: Callable, name: str, op_types: Tuple[str, ...], kind: str) -> Callable:
     kernel = nonfinite.on_gpu_terms(name, original)  # what the GPU returns for inf and NaN
 
