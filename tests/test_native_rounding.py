@@ -293,8 +293,8 @@ def test_bfloat16_round_trips_match_with_either_kernel(rebuild, monkeypatch, swi
 
 
 def test_a_cached_library_without_the_kernels_is_not_used(rebuild, monkeypatch, tmp_path):
-    """A library under the cache's name that lacks the rounding symbols (another source): named,
-    and the kernels are built again in a temporary folder."""
+    """A library under the cache's name that lacks the rounding symbols (another source, no record
+    of its build): never loaded, named, and both kernels built again in its place."""
     require_native_kernel()
     folder = tmp_path / "other"
     folder.mkdir()
@@ -305,4 +305,4 @@ def test_a_cached_library_without_the_kernels_is_not_used(rebuild, monkeypatch, 
     build.reset()
     current = build.status()
     assert current.available and build.bf16_rounder() is not None
-    assert current.detail.startswith(f"built in a temporary folder ({folder}: {target} lacks a rounding kernel: ")
+    assert current.detail.startswith(f"{target} (built again: {target} was not loaded: it has no record of its build")
