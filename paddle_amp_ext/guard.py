@@ -225,7 +225,7 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
 
         guard = paddle_amp_ext.guard_optimizer(optimizer, hooks=[paddle_amp_ext.VisualDLHook("runs/bf16")])
         trainer.train()                        # the Trainer's optimizer.step() calls are guarded
-        print(guard.skipped_steps)
+        skipped = guard.skipped_steps          # steps whose inf/nan gradients were not applied
     """
     if not callable(getattr(optimizer, "step", None)) or not hasattr(optimizer, "__dict__"):
         raise TypeError(f"guard_optimizer() needs an optimizer with a step() method (and a __dict__ to "
