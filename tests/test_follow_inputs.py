@@ -250,7 +250,9 @@ def test_large_outputs_rounded_in_their_own_buffer_train_the_same(build, monkeyp
     apply = rounding._RoundTripInPlace.apply
     monkeypatch.setattr(rounding._RoundTripInPlace, "apply", lambda x, dtype: calls.append(x.shape) or apply(x, dtype))
     in_place_out, in_place_grads = run()
-    assert len(calls) >= 2, "the large outputs took the in-place path"
+    # conv: both outputs; linear: GELU's (a Linear's own output is rounded in place inside its
+    # one-node linear, tests/test_fused_linear.py)
+    assert len(calls) >= (2 if build == "conv" else 1), "the large outputs took the in-place path"
     monkeypatch.setattr(rounding, "rounds_in_place", lambda numel, dtype: False)  # every rounding copies
     copy_out, copy_grads = run()
     np.testing.assert_array_equal(in_place_out, copy_out)

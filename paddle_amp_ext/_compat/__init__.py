@@ -16,6 +16,8 @@ code):
   which parameters ``decorate(level="O2")`` casts).
 - :mod:`.kernels`: float16 rounding by ``paddle._C_ops`` kernels, or by the compiled one-pass
   kernel (:mod:`paddle_amp_ext._native`) through ``Tensor.data_ptr()``.
+- :mod:`.matmul`: the float32 ``linear``/``matmul`` kernels and a tensor's in-place version,
+  for the rehearsal's one-node Linear.
 """
 
 from __future__ import annotations

@@ -113,6 +113,20 @@ def rounds_in_place(numel: int, dtype: str = "float16") -> bool:
     return bf16_rounder() is not None
 
 
+def native_rounder(dtype: str) -> Optional[Rounder]:
+    """The one-pass kernel rounding float32 to ``dtype`` (``"float16"``/``"bfloat16"``), or None
+    where it cannot be had."""
+    return fp16_rounder() if dtype == "float16" else bf16_rounder()
+
+
+def round_with(rounder: Rounder, x: paddle.Tensor, in_place: bool = False) -> paddle.Tensor:
+    """``x`` rounded by the one-pass ``rounder``, into ``x`` itself with ``in_place``, else into
+    a new tensor. Unchecked: ``x`` must be a contiguous float32 CPU tensor (the caller knows)."""
+    out = x if in_place else _C.empty_like(x, paddle.float32, x.place)
+    rounder(x.data_ptr(), out.data_ptr(), math.prod(x.shape))
+    return out
+
+
 def _one_pass(rounder: Optional[Rounder], x: paddle.Tensor, in_place: bool) -> Optional[paddle.Tensor]:
     """``x`` rounded by a native ``rounder``, or None where it cannot be: no kernel, an empty
     tensor, or not a float32 CPU tensor. With ``in_place`` the result is written into ``x``

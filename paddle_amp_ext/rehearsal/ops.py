@@ -14,7 +14,8 @@ rehearsal, else the rehearsal's own):
   output rounded, else in float32.
 
 A function Paddle runs as several ops under different rules (a convolution and its bias add;
-``F.linear`` on 2.6.2) is run op by op (:mod:`.composite`).
+``F.linear`` on 2.6.2) is run op by op (:mod:`.composite`). A white-listed ``F.linear`` runs as
+one autograd node with the same results (:mod:`.fused`).
 
 Wherever this thread rehearses (float32 regions included), ops whose CPU kernel treats inf and
 NaN unlike Paddle's CUDA kernel (softmax, log_softmax, cross entropy, relu's gradient, sqrt)
@@ -43,7 +44,7 @@ import paddle
 from .. import _compat, _state
 from .._compat import kernels
 from .._compat.layers import PRIVATE_ENTRY_POINTS
-from . import composite, lowprec, nonfinite
+from . import composite, fused, lowprec, nonfinite
 
 #: Kinds of op: ``compute`` ops do the arithmetic AMP is for (the doctor watches them);
 #: ``arith`` ops make new values; ``move`` ops only move or select values.
@@ -203,6 +204,10 @@ def _one_op(original: Callable, name: str, op_types: Tuple[str, ...], kind: str,
     x_only = name in X_ONLY  # the inputs AMP looks at and casts: X alone, or all
     cast, rest = (args[:1], args[1:]) if x_only else (args, ())
     if runs_low(op_types, lists) and _state.in_scope():
+        if name == "linear":  # one autograd node, the same bits (:mod:`.fused`)
+            out = fused.linear(original, args, kwargs, dtype)
+            if out is not None:
+                return lowprec.mark(out, dtype)
         cast = lowprec.rounded(cast, dtype)
         if not x_only:
             kwargs = {k: lowprec.rounded(v, dtype) for k, v in kwargs.items()}

@@ -100,6 +100,15 @@ def round_values(x: paddle.Tensor, dtype: str = "float16") -> paddle.Tensor:
     return _round(x, dtype)
 
 
+def round_own(x: paddle.Tensor, dtype: str = "float16") -> paddle.Tensor:
+    """``x`` (float32, no gradient: an op's fresh output that nothing else holds and no backward
+    reads) as ``dtype`` would store it, written into ``x`` itself where the kernel can
+    (:func:`~paddle_amp_ext._compat.kernels.rounds_in_place`); returns the rounded tensor."""
+    if _cast_rounds(x, dtype):
+        return x.astype(dtype).astype("float32")
+    return _round(x, dtype, in_place=rounds_in_place(math.prod(x.shape), dtype))
+
+
 class _RoundTripInPlace(paddle.autograd.PyLayer):
     """The round trip written into its input (an op's fresh output), where
     :func:`~paddle_amp_ext._compat.kernels.rounds_in_place` says it pays."""

@@ -1,0 +1,149 @@
+"""A rehearsed ``F.linear`` in one autograd node: the same values and gradients, less memory traffic.
+
+Op by op (:mod:`.ops`), a white-listed ``linear`` rounds its input, weight and bias, runs Paddle's
+float32 kernel and rounds its output: four rounding nodes around the op, each with a fresh
+buffer for the gradient it rounds, and on the weight (a 512x512 one is 1 MB) the largest of
+them. :func:`linear` computes the same thing in one ``PyLayer``:
+
+- forward: ``x``, ``weight`` and ``bias`` rounded (one already holding low-precision values is
+  used as it is), Paddle's float32 ``linear`` kernel, its output rounded in its own buffer;
+- backward: the output gradient rounded (the gradient of a low-precision output is itself low
+  precision), then ``dx = g W^T``, ``dW = x^T g`` (leading axes flattened into rows) and
+  ``db = sum(g)``, each rounded in its own buffer as the low-precision kernels' outputs are, for
+  the inputs that need a gradient.
+
+Both paths give the same bits on 2.6.2 and 3.3.1 (the tests compare them: the same float32
+kernels, summing in the same order). It is taken where the callee is Paddle's ``F.linear``,
+every tensor is a dense float32 tensor, the weight is 2-D and the bias (if any) is 1-D; anywhere
+else :func:`linear` returns None and the op-by-op path runs. A tensor the node reads in its
+backward that was changed in place after the forward raises there, as Paddle's own ops do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import paddle
+
+from .._compat import kernels as rounders
+from .._compat import matmul as kernels
+from .._native import Rounder
+from .lowprec import is_low
+from .rounding import round_own, round_values
+
+_PARAMETERS = ("x", "weight", "bias", "name")
+
+
+def _dense_float32(value: Any) -> bool:
+    return isinstance(value, paddle.Tensor) and value.dtype == paddle.float32 and value.is_dense()
+
+
+def _arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any, Any]]:
+    """``(x, weight, bias)`` of an ``F.linear(x, weight, bias=None, name=None)`` call, or None
+    where the arguments do not bind (Paddle then raises its own error)."""
+    if len(args) > len(_PARAMETERS):
+        return None
+    values = dict(zip(_PARAMETERS, args))
+    for key, value in kwargs.items():
+        if key not in _PARAMETERS or key in values:
+            return None
+        values[key] = value
+    if "x" not in values or "weight" not in values:
+        return None
+    return values["x"], values["weight"], values.get("bias")
+
+
+def _eligible(x: Any, weight: Any, bias: Any) -> bool:
+    if not (_dense_float32(x) and _dense_float32(weight)) or len(weight.shape) != 2 or not x.shape:
+        return False
+    return bias is None or (_dense_float32(bias) and list(bias.shape) == [weight.shape[1]])
+
+
+class _Rounding:
+    """Rounding to ``dtype`` by the one-pass kernel where it applies (CPU tensors, contiguous),
+    else by :mod:`.rounding`'s exact kernels; both give the same bits."""
+
+    __slots__ = ("dtype", "rounder")
+
+    def __init__(self, dtype: str, place: Any) -> None:
+        self.dtype = dtype
+        self.rounder: Optional[Rounder] = rounders.native_rounder(dtype) if place.is_cpu_place() else None
+
+    def copy(self, tensor: paddle.Tensor) -> paddle.Tensor:
+        """``tensor`` rounded into a new tensor, unless it already holds ``dtype`` values."""
+        if is_low(tensor, self.dtype):
+            return tensor
+        if self.rounder is not None and tensor.is_contiguous():
+            return rounders.round_with(self.rounder, tensor)
+        return round_values(tensor, self.dtype)
+
+    def own(self, tensor: paddle.Tensor) -> paddle.Tensor:
+        """``tensor``, a kernel's fresh output, rounded in its own buffer."""
+        if self.rounder is not None:
+            return rounders.round_with(self.rounder, tensor, in_place=True)
+        return round_own(tensor, self.dtype)
+
+
+def _forward(rounding: _Rounding, x: paddle.Tensor, weight: paddle.Tensor,
+             bias: Optional[paddle.Tensor]) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
+    inputs = [rounding.copy(x), rounding.copy(weight)]
+    out = kernels.linear(*inputs, None if bias is None else rounding.copy(bias))
+    return rounding.own(out), inputs
+
+
+class _Linear(paddle.autograd.PyLayer):
+    @staticmethod
+    def forward(ctx, x, weight, bias, rounding):  # noqa: D102
+        out, inputs = _forward(rounding, x, weight, bias)
+        ctx.rounding = rounding
+        ctx.needs = (not x.stop_gradient, not weight.stop_gradient, None if bias is None else not bias.stop_gradient)
+        ctx.save_for_backward(*inputs)
+        # the caller's own tensors the backward reads (not rounded copies): their versions now
+        ctx.versions = [(name, t, kernels.inplace_version(t)) for name, t, kept in
+                        (("x", x, inputs[0]), ("weight", weight, inputs[1])) if kept is t]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        for name, tensor, version in ctx.versions:
+            now = kernels.inplace_version(tensor)
+            if now != version:
+                raise RuntimeError(
+                    f"The {name} of a rehearsed linear was changed in place after its forward (its "
+                    f"in-place version is {now}, {version} was saved), so its gradient cannot be "
+                    "computed. Change a copy instead (x = x.clone() before the in-place op).")
+        x, weight = ctx.saved_tensor()
+        rounding = ctx.rounding
+        grad = round_values(grad, rounding.dtype) if rounding.rounder is None or not grad.is_contiguous() \
+            else rounders.round_with(rounding.rounder, grad)
+        need_x, need_weight, need_bias = ctx.needs
+        grads = [rounding.own(kernels.matmul(grad, weight, False, True)) if need_x else None,
+                 rounding.own(kernels.matmul(kernels.rows(x), kernels.rows(grad), True, False))
+                 if need_weight else None]
+        if need_bias is not None:
+            grads.append(rounding.own(kernels.sum_rows(grad)) if need_bias else None)
+        return tuple(grads)
+
+
+def linear(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], dtype: str) -> Optional[paddle.Tensor]:
+    """``original(*args, **kwargs)`` (``F.linear``) as one low-precision ``linear``, or None
+    where this path does not apply (see the module docstring).
+
+    Args:
+        original: the function the call was for; only Paddle's own ``F.linear`` is run here.
+        args, kwargs: the call's arguments.
+        dtype: ``"float16"`` or ``"bfloat16"``.
+
+    Returns:
+        The rounded output (float32, not yet marked low), or None.
+    """
+    if not getattr(original, "__module__", "").startswith("paddle.") or not paddle.in_dynamic_mode():
+        return None
+    bound = _arguments(args, kwargs)
+    if bound is None or not _eligible(*bound):
+        return None
+    x, weight, bias = bound
+    rounding = _Rounding(dtype, weight.place)
+    if paddle.is_grad_enabled() and not all(t is None or t.stop_gradient for t in bound):
+        return _Linear.apply(x, weight, bias, rounding)
+    return _forward(rounding, x, weight, bias)[0]
