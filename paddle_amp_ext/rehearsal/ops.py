@@ -268,6 +268,7 @@ def release() -> None:
             owner, name, original = _saved.pop()
             setattr(owner, name, original)
         kernels.SCRATCH.clear()
+        fused.forget()
 
 
 class observe:  # noqa: N801 - used as a context manager, like contextlib helpers
