@@ -114,3 +114,52 @@ def test_a_patched_f_linear_is_called_op_by_op(monkeypatch):
         out = paddle.nn.functional.linear(x, layer.weight, layer.bias)  # the wrapped user_linear
     assert seen == [[2, 4]]
     assert np.array_equal(out.numpy(), fp16(out.numpy()))
+
+
+def test_two_graphs_alive_with_the_weight_changed_between_them_keep_their_own_copies(monkeypatch):
+    """A rounded copy's buffer is used again only once the node that reads it is gone: a second
+    forward while the first graph is alive, after an in-place update, gets a buffer of its own."""
+    def run():
+        paddle.seed(5)
+        layer = paddle.nn.Linear(64, 32)
+        x = paddle.randn([16, 64])
+        x.stop_gradient = False  # x's gradient reads each node's weight copy
+        with amp.fp16_emulation(layer):
+            first = layer(x)
+            with paddle.no_grad():
+                layer.weight.scale_(1.5 + 2.0**-9)  # not an fp16 multiple: the copy must be redone
+            second = layer(x)
+            (first.sum() + 2.0 * second.sum()).backward()
+            return first.numpy(), second.numpy(), x.grad.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy()
+
+    pooled = run()
+    op_by_op(monkeypatch)
+    reference = run()
+    for a, b in zip(pooled, reference):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(pooled[0], pooled[1])
+
+
+def test_buffers_are_used_again_after_backward_and_dropped_when_the_rehearsal_ends():
+    from paddle_amp_ext.rehearsal import pool
+
+    layer = paddle.nn.Linear(256, 128)
+    x = paddle.randn([32, 256])
+    with amp.fp16_emulation(layer):
+        layer(x).sum().backward()
+        kept = pool.kept_bytes()
+        assert kept >= 4 * (256 * 128 + 32 * 256), "the weight and input copies came back after backward"
+        taken = []
+        real_take = pool.Lease.take
+        pool.Lease.take = lambda self, like: taken.append(pool.kept_bytes()) or real_take(self, like)
+        try:
+            layer(x).sum().backward()
+        finally:
+            pool.Lease.take = real_take
+        assert taken and taken[0] == kept
+        assert pool.kept_bytes() == kept, "the second step took the same buffers and gave them back"
+        lease = pool.Lease()
+        held = lease.take(x)
+    assert pool.kept_bytes() == 0, "dropped when the rehearsal ended"
+    lease.release()  # a lease from before the end hands nothing back
+    assert pool.kept_bytes() == 0 and held.shape == [32, 256]

@@ -306,3 +306,22 @@ def test_a_cached_library_without_the_kernels_is_not_used(rebuild, monkeypatch, 
     current = build.status()
     assert current.available and build.bf16_rounder() is not None
     assert current.detail.startswith(f"{target} (built again: {target} was not loaded: it has no record of its build")
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 31, 32, 33, 4096, 65537])
+def test_the_finiteness_scan_finds_every_inf_and_nan_and_agrees_with_the_sum_test(n, monkeypatch):
+    require_native_kernel()
+    assert probes.wrong_finite_answer(build.finite_scanner()) == ""
+    rng = np.random.default_rng(n)
+    values = (rng.standard_normal(n) * 1e4).astype(np.float32)
+    assert kernels.all_finite(paddle.to_tensor(values))
+    for position in {0, n // 2, n - 1}:
+        for bad in (np.inf, -np.inf, np.nan):
+            poisoned = values.copy()
+            poisoned[position] = bad
+            assert not kernels.all_finite(paddle.to_tensor(poisoned)), (bad, position)
+    huge = np.full(max(n, 2), 3.0e38, dtype=np.float32)  # finite, though its sum overflows
+    assert kernels.all_finite(paddle.to_tensor(huge))
+    monkeypatch.setattr(kernels, "finite_scanner", lambda: None)  # the fallback: the sum's test
+    assert not kernels.all_finite(paddle.to_tensor(huge))
+    assert kernels.all_finite(paddle.to_tensor(values)) == bool(np.isfinite(values.sum()))

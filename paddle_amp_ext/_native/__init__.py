@@ -1,5 +1,6 @@
-"""The compiled one-pass float16 and bfloat16 rounding kernels of the rehearsal, built on first use."""
+"""The compiled one-pass float16 and bfloat16 rounding kernels of the rehearsal (and a finiteness
+scan), built on first use."""
 
-from .build import NativeStatus, Rounder, bf16_rounder, fp16_rounder, status
+from .build import NativeStatus, Rounder, Scanner, bf16_rounder, finite_scanner, fp16_rounder, status
 
-__all__ = ["NativeStatus", "Rounder", "bf16_rounder", "fp16_rounder", "status"]
+__all__ = ["NativeStatus", "Rounder", "Scanner", "bf16_rounder", "finite_scanner", "fp16_rounder", "status"]

@@ -109,6 +109,7 @@ SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
     "pae_fp16_supported": (ctypes.c_int, []),
     "pae_round_fp16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "pae_round_bf16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
+    "pae_all_finite": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
 }
 #: The loaded library's functions, by name (those of :data:`SYMBOLS`).
 Kernel = Dict[str, Any]
@@ -224,6 +225,9 @@ def _load(path: str) -> Kernel:
         wrong = probes.wrong_answer(kernel[symbol], probe)
         if wrong:
             raise BuildError(f"the built {name} kernel rounded a probe wrongly: {wrong}")
+    wrong = probes.wrong_finite_answer(kernel["pae_all_finite"])
+    if wrong:
+        raise BuildError(f"the built finiteness scan answered a probe wrongly: {wrong}")
     return kernel
 
 
@@ -289,6 +293,16 @@ def bf16_rounder() -> Optional[Rounder]:
     """The loaded bfloat16 kernel, built and loaded with :func:`fp16_rounder`'s (so None where that is)."""
     kernel = _result()[0]
     return None if kernel is None else kernel["pae_round_bf16"]
+
+
+#: ``scan(src_ptr, n)``: 1 when none of ``n`` float32 values is inf or nan, else 0.
+Scanner = Callable[[int, int], int]
+
+
+def finite_scanner() -> Optional[Scanner]:
+    """The loaded finiteness scan, built and loaded with :func:`fp16_rounder`'s (so None where that is)."""
+    kernel = _result()[0]
+    return None if kernel is None else kernel["pae_all_finite"]
 
 
 def status() -> NativeStatus:

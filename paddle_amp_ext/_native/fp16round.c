@@ -14,6 +14,10 @@
  * to inf, subnormals round as subnormals (no MXCSR involved), the sign of zero is kept; nan
  * becomes a quiet nan of the same sign (the carry could otherwise turn its payload into inf).
  * AVX2 (8 values per instruction) where the CPU has it, else the same arithmetic in plain C.
+ *
+ * pae_all_finite: whether no value of a float32 array is inf or nan (exponent bits all ones),
+ * read once (AVX2 where the CPU has it); the rehearsal's non-finite checks use it instead of a
+ * reduction kernel and a host read.
  */
 #include <stdint.h>
 #include <string.h>
@@ -35,6 +39,15 @@ static void round_bf16_scalar(const float *src, float *dst, int64_t i, int64_t n
         b = round_bf16_bits(b);
         memcpy(dst + i, &b, sizeof b);
     }
+}
+
+static int all_finite_scalar(const float *src, int64_t i, int64_t n) {
+    for (; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, src + i, sizeof b);
+        if ((b & PAE_INF) == PAE_INF) return 0;
+    }
+    return 1;
 }
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
@@ -75,8 +88,31 @@ static void round_bf16_avx2(const float *src, float *dst, int64_t n) {
     round_bf16_scalar(src, dst, i, n);
 }
 
+__attribute__((target("avx2")))
+static int all_finite_avx2(const float *src, int64_t n) {
+    const __m256i inf = _mm256_set1_epi32((int)PAE_INF);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {  /* four vectors per test: one branch per 128 bytes */
+        __m256i any = _mm256_setzero_si256();
+        for (int k = 0; k < 32; k += 8) {
+            __m256i e = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(src + i + k)), inf);
+            any = _mm256_or_si256(any, _mm256_cmpeq_epi32(e, inf));
+        }
+        if (!_mm256_testz_si256(any, any)) return 0;
+    }
+    return all_finite_scalar(src, i, n);
+}
+
 static int supported = -1;
 static int has_avx2 = -1;
+
+static int avx2(void) {
+    if (has_avx2 < 0) {
+        __builtin_cpu_init();
+        has_avx2 = __builtin_cpu_supports("avx2");
+    }
+    return has_avx2;
+}
 
 int pae_fp16_supported(void) {
     if (supported < 0) {
@@ -95,13 +131,14 @@ int pae_round_fp16(const float *src, float *dst, int64_t n) {
 
 /* Returns 0 (every CPU can). */
 int pae_round_bf16(const float *src, float *dst, int64_t n) {
-    if (has_avx2 < 0) {
-        __builtin_cpu_init();
-        has_avx2 = __builtin_cpu_supports("avx2");
-    }
-    if (has_avx2) round_bf16_avx2(src, dst, n);
+    if (avx2()) round_bf16_avx2(src, dst, n);
     else round_bf16_scalar(src, dst, 0, n);
     return 0;
+}
+
+/* Returns 1 when none of the n values is inf or nan, else 0. */
+int pae_all_finite(const float *src, int64_t n) {
+    return avx2() ? all_finite_avx2(src, n) : all_finite_scalar(src, 0, n);
 }
 
 #else
@@ -117,5 +154,7 @@ int pae_round_bf16(const float *src, float *dst, int64_t n) {
     round_bf16_scalar(src, dst, 0, n);
     return 0;
 }
+
+int pae_all_finite(const float *src, int64_t n) { return all_finite_scalar(src, 0, n); }
 
 #endif

@@ -38,3 +38,22 @@ def wrong_answer(rounder: Callable[[int, int, int], int], probe: Probe) -> str:
     buffer = (ctypes.c_float * len(values))(*values)
     rounder(ctypes.addressof(buffer), ctypes.addressof(buffer), len(values))
     return "" if list(buffer) == expected else f"{list(buffer)} != {expected}"
+
+
+def wrong_finite_answer(scan: Callable[[int, int], int]) -> str:
+    """'' when ``scan`` finds every inf and nan (at each position of a vectorised block and its
+    tail, and in the longest runs that stay finite) and passes finite values, else what it got wrong."""
+    inf, nan = float("inf"), float("nan")
+    wrong = []
+    for n in (0, 1, 7, 8, 31, 32, 33, 100):
+        values = [65504.0 * (-1) ** i for i in range(n)] + [3.4e38, -3.4e38, 1e-45][: max(0, min(3, n))]
+        buffer = (ctypes.c_float * len(values))(*values)
+        if scan(ctypes.addressof(buffer), len(values)) != 1:
+            wrong.append(f"finite n={len(values)}")
+        for position in range(len(values)):
+            for bad in (inf, -inf, nan):
+                copy = (ctypes.c_float * len(values))(*values)
+                copy[position] = bad
+                if scan(ctypes.addressof(copy), len(values)) != 0:
+                    wrong.append(f"{bad} at {position} of {len(values)}")
+    return "; ".join(wrong[:5])

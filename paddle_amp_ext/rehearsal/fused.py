@@ -21,7 +21,6 @@ backward that was changed in place after the forward raises there, as Paddle's o
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -30,6 +29,7 @@ import paddle
 from .._compat import kernels as rounders
 from .._compat import matmul as kernels
 from .._native import Rounder
+from . import pool
 from .lowprec import is_low
 from .rounding import round_own, round_values
 
@@ -62,8 +62,9 @@ def _eligible(x: Any, weight: Any, bias: Any) -> bool:
 
 
 class _Rounding:
-    """Rounding to ``dtype`` by the one-pass kernel where it applies (CPU tensors, contiguous),
-    else by :mod:`.rounding`'s exact kernels; both give the same bits."""
+    """Rounding to ``dtype`` by the one-pass kernel where it applies (CPU tensors, contiguous;
+    copies then go into buffers of a :class:`~.pool.Lease`), else by :mod:`.rounding`'s exact
+    kernels; both give the same bits."""
 
     __slots__ = ("dtype", "rounder")
 
@@ -71,12 +72,16 @@ class _Rounding:
         self.dtype = dtype
         self.rounder: Optional[Rounder] = rounders.native_rounder(dtype) if place.is_cpu_place() else None
 
-    def copy(self, tensor: paddle.Tensor) -> paddle.Tensor:
-        """``tensor`` rounded into a new tensor, unless it already holds ``dtype`` values."""
+    def copy(self, tensor: paddle.Tensor, lease: pool.Lease) -> paddle.Tensor:
+        """``tensor`` rounded into a buffer of ``lease``, unless it already holds ``dtype`` values."""
         if is_low(tensor, self.dtype):
             return tensor
+        return self.rounded(tensor, lease)
+
+    def rounded(self, tensor: paddle.Tensor, lease: pool.Lease) -> paddle.Tensor:
+        """``tensor`` rounded into a buffer of ``lease`` (a new tensor where the kernel does not apply)."""
         if self.rounder is not None and tensor.is_contiguous():
-            return rounders.round_with(self.rounder, tensor)
+            return rounders.round_with(self.rounder, tensor, out=lease.take(tensor))
         return round_values(tensor, self.dtype)
 
     def own(self, tensor: paddle.Tensor) -> paddle.Tensor:
@@ -86,58 +91,19 @@ class _Rounding:
         return round_own(tensor, self.dtype)
 
 
-class _Copy:
-    """A weight's rounded copy, kept for its next forward: ``holders`` autograd nodes still read it."""
-
-    __slots__ = ("weight", "buffer", "holders", "__weakref__")
-
-    def __init__(self, weight: paddle.Tensor, buffer: paddle.Tensor) -> None:
-        self.weight = weakref.ref(weight)
-        self.buffer = buffer
-        self.holders = 0
-
-    def release(self) -> None:
-        self.holders -= 1
-
-
-#: (thread, id(weight)) -> its rounded copy, while a rehearsal runs (:func:`forget` at its end).
-_COPIES: Dict[Tuple[int, int], _Copy] = {}
-
-
-def _weight_copy(rounding: _Rounding, weight: paddle.Tensor) -> Tuple[paddle.Tensor, Optional[_Copy]]:
-    """``weight`` rounded, into the buffer of its last rounded copy where no autograd node reads
-    that any more (a 1 MB weight rounds into a buffer in the cache twice as fast as into a fresh
-    one), else into a new buffer kept for next time."""
-    if rounding.rounder is None or is_low(weight, rounding.dtype) or not weight.is_contiguous():
-        return rounding.copy(weight), None
-    key = (threading.get_ident(), id(weight))
-    copy = _COPIES.get(key)
-    if copy is not None and copy.holders == 0 and copy.weight() is weight and copy.buffer.shape == weight.shape:
-        return rounders.round_with(rounding.rounder, weight, out=copy.buffer), copy
-    copy = _COPIES[key] = _Copy(weight, rounders.round_with(rounding.rounder, weight))
-    return copy.buffer, copy
-
-
-def forget() -> None:
-    """Drop every kept weight copy (the last rehearsal ended)."""
-    _COPIES.clear()
-
-
-def _forward(rounding: _Rounding, x: paddle.Tensor, weight: paddle.Tensor,
-             bias: Optional[paddle.Tensor]) -> Tuple[paddle.Tensor, List[paddle.Tensor], Optional[_Copy]]:
-    rounded_weight, copy = _weight_copy(rounding, weight)
-    inputs = [rounding.copy(x), rounded_weight]
-    out = kernels.linear(*inputs, None if bias is None else rounding.copy(bias))
-    return rounding.own(out), inputs, copy
+def _forward(rounding: _Rounding, x: paddle.Tensor, weight: paddle.Tensor, bias: Optional[paddle.Tensor],
+             lease: pool.Lease) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
+    inputs = [rounding.copy(x, lease), rounding.copy(weight, lease)]
+    out = kernels.linear(*inputs, None if bias is None else rounding.copy(bias, lease))
+    return rounding.own(out), inputs
 
 
 class _Linear(paddle.autograd.PyLayer):
     @staticmethod
     def forward(ctx, x, weight, bias, rounding):  # noqa: D102
-        out, inputs, copy = _forward(rounding, x, weight, bias)
-        if copy is not None:  # read by this node until it is gone (after its backward, or unused)
-            copy.holders += 1
-            weakref.finalize(ctx, copy.release)
+        lease = pool.Lease()
+        out, inputs = _forward(rounding, x, weight, bias, lease)
+        weakref.finalize(ctx, lease.release)  # read by this node until it is gone (after its backward)
         ctx.rounding = rounding
         ctx.needs = (not x.stop_gradient, not weight.stop_gradient, None if bias is None else not bias.stop_gradient)
         ctx.save_for_backward(*inputs)
@@ -157,14 +123,15 @@ class _Linear(paddle.autograd.PyLayer):
                     "computed. Change a copy instead (x = x.clone() before the in-place op).")
         x, weight = ctx.saved_tensor()
         rounding = ctx.rounding
-        grad = round_values(grad, rounding.dtype) if rounding.rounder is None or not grad.is_contiguous() \
-            else rounders.round_with(rounding.rounder, grad)
+        lease = pool.Lease()
+        grad = rounding.rounded(grad, lease)
         need_x, need_weight, need_bias = ctx.needs
         grads = [rounding.own(kernels.matmul(grad, weight, False, True)) if need_x else None,
                  rounding.own(kernels.matmul(kernels.rows(x), kernels.rows(grad), True, False))
                  if need_weight else None]
         if need_bias is not None:
             grads.append(rounding.own(kernels.sum_rows(grad)) if need_bias else None)
+        lease.release()  # every gradient is a new tensor: the rounded one is read no more
         return tuple(grads)
 
 
@@ -189,4 +156,7 @@ def linear(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], dt
     rounding = _Rounding(dtype, weight.place)
     if paddle.is_grad_enabled() and not all(t is None or t.stop_gradient for t in bound):
         return _Linear.apply(x, weight, bias, rounding)
-    return _forward(rounding, x, weight, bias)[0]  # the copy is free again on return
+    lease = pool.Lease()
+    out = _forward(rounding, x, weight, bias, lease)[0]
+    lease.release()
+    return out

@@ -44,7 +44,7 @@ import paddle
 from .. import _compat, _state
 from .._compat import kernels
 from .._compat.layers import PRIVATE_ENTRY_POINTS
-from . import composite, fused, lowprec, nonfinite
+from . import composite, fused, lowprec, nonfinite, pool
 
 #: Kinds of op: ``compute`` ops do the arithmetic AMP is for (the doctor watches them);
 #: ``arith`` ops make new values; ``move`` ops only move or select values.
@@ -268,7 +268,7 @@ def release() -> None:
             owner, name, original = _saved.pop()
             setattr(owner, name, original)
         kernels.SCRATCH.clear()
-        fused.forget()
+        pool.clear()
 
 
 class observe:  # noqa: N801 - used as a context manager, like contextlib helpers
