@@ -19,7 +19,7 @@ def op_by_op(monkeypatch):
     monkeypatch.setattr(fused, "linear", lambda *args, **kwargs: None)
 
 
-def train(shape, dtype, bias=True, x_grad=True, frozen=False, o2_level="O1"):
+def train(shape, dtype, bias=True, x_grad=True, frozen=False, level="O1", use_promote=True):
     """Outputs and gradients of a small Linear-ReLU-Linear-ReLU-Linear model under the rehearsal."""
     paddle.seed(3)
     bias_attr = None if bias else False
@@ -31,7 +31,7 @@ def train(shape, dtype, bias=True, x_grad=True, frozen=False, o2_level="O1"):
     x = paddle.randn(shape) * 3.0
     x.stop_gradient = not x_grad
     with amp.fp16_emulation(model, dtype):
-        with amp.auto_cast(dtype=dtype, level=o2_level):
+        with amp.auto_cast(dtype=dtype, level=level, use_promote=use_promote):
             out = model(x)
         (out * out * 1000.0).sum().backward()  # gradients large enough to round visibly
     grads = [p.grad.numpy() for p in model.parameters() if p.grad is not None]
@@ -41,21 +41,24 @@ def train(shape, dtype, bias=True, x_grad=True, frozen=False, o2_level="O1"):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("case", [
     dict(shape=[32, 24]), dict(shape=[4, 8, 24]), dict(shape=[24]), dict(shape=[32, 24], bias=False),
-    dict(shape=[32, 24], x_grad=False), dict(shape=[32, 24], frozen=True),
-], ids=["2d", "3d", "1d", "no-bias", "x-no-grad", "frozen-weight"])
+    dict(shape=[32, 24], x_grad=False), dict(shape=[32, 24], frozen=True), dict(shape=[32, 24], level="O2"),
+    dict(shape=[32, 24], level="O2", use_promote=False),
+], ids=["2d", "3d", "1d", "no-bias", "x-no-grad", "frozen-weight", "O2", "O2-no-promote"])
 def test_one_node_linear_gives_the_op_by_op_bits(dtype, case, fp16_kernel, monkeypatch):
     calls = []
     apply = fused._Linear.apply
     monkeypatch.setattr(fused._Linear, "apply", lambda *a: calls.append(1) or apply(*a))
     one_node = train(dtype=dtype, **case)
-    assert len(calls) == 3, "every Linear took the one-node path"
+    assert len(calls) == 3, "every Linear took the one-node path (on 2.6 at O2 without promotion the\
+ product alone: the bias add is low precision there, run op by op)"
+    op_by_op_26 = case.get("use_promote") is False and case.get("bias", True) and not gpu_linear_is_fused()
     op_by_op(monkeypatch)
     reference = train(dtype=dtype, **case)
     assert len(one_node) == len(reference)
     for a, b in zip(one_node, reference):
         assert a.shape == b.shape
         np.testing.assert_array_equal(a, b)
-    if case.get("bias", True) and not gpu_linear_is_fused():
+    if case.get("bias", True) and not gpu_linear_is_fused() and not op_by_op_26:
         return  # 2.6.2 adds the bias in float32: the outputs and the bias gradients are float32
     for value in one_node:  # every output and gradient holds dtype values
         assert np.array_equal(value, rounding.round_values(paddle.to_tensor(value), dtype).numpy())

@@ -1,7 +1,7 @@
 """Paddle's float32 ``linear`` and ``matmul`` kernels called directly, for the rehearsal's
 one-node Linear (:mod:`paddle_amp_ext.rehearsal.fused`).
 
-Relies on ``paddle._C_ops.{linear, matmul, sum, reshape, assign}`` with the signatures of
+Relies on ``paddle._C_ops.{linear, add_, matmul, sum, reshape, assign}`` with the signatures of
 paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU), and on ``Tensor._inplace_version()``
 (the counter Paddle's own ops check before a backward reads a saved tensor). Calling the
 kernels directly skips the public functions' Python dispatch, and with it the rehearsal's own
@@ -20,6 +20,11 @@ _C = paddle._C_ops
 def linear(x: paddle.Tensor, weight: paddle.Tensor, bias: Optional[paddle.Tensor]) -> paddle.Tensor:
     """``x @ weight + bias`` by Paddle's ``linear`` kernel (the one ``F.linear`` calls in dygraph)."""
     return _C.linear(x, weight, bias)
+
+
+def add_(x: paddle.Tensor, y: paddle.Tensor) -> paddle.Tensor:
+    """``x += y`` (``y`` broadcast) by Paddle's in-place ``add_`` kernel; returns ``x``."""
+    return _C.add_(x, y)
 
 
 def matmul(x: paddle.Tensor, y: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False) -> paddle.Tensor:

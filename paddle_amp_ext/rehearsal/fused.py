@@ -6,7 +6,8 @@ buffer for the gradient it rounds, and on the weight (a 512x512 one is 1 MB) the
 them. :func:`linear` computes the same thing in one ``PyLayer``:
 
 - forward: ``x``, ``weight`` and ``bias`` rounded (one already holding low-precision values is
-  used as it is), Paddle's float32 ``linear`` kernel, its output rounded in its own buffer;
+  used as it is), Paddle's float32 ``linear`` kernel, its output rounded in its own buffer (on
+  Paddle 2.6, where the bias add promotes to float32, the rounded product plus the bias);
 - backward: the output gradient rounded (the gradient of a low-precision output is itself low
   precision), then ``dx = g W^T``, ``dW = x^T g`` (leading axes flattened into rows) and
   ``db = sum(g)``, each rounded in its own buffer as the low-precision kernels' outputs are, for
@@ -92,17 +93,20 @@ class _Rounding:
 
 
 def _forward(rounding: _Rounding, x: paddle.Tensor, weight: paddle.Tensor, bias: Optional[paddle.Tensor],
-             lease: pool.Lease) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
+             bias_rounded: bool, lease: pool.Lease) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
     inputs = [rounding.copy(x, lease), rounding.copy(weight, lease)]
-    out = kernels.linear(*inputs, None if bias is None else rounding.copy(bias, lease))
-    return rounding.own(out), inputs
+    if bias is None or bias_rounded:
+        out = kernels.linear(*inputs, None if bias is None else rounding.copy(bias, lease))
+        return rounding.own(out), inputs
+    return kernels.add_(rounding.own(kernels.linear(*inputs, None)), bias), inputs  # float32 bias add
 
 
 class _Linear(paddle.autograd.PyLayer):
     @staticmethod
-    def forward(ctx, x, weight, bias, rounding):  # noqa: D102
+    def forward(ctx, x, weight, bias, rounding, bias_rounded):  # noqa: D102
         lease = pool.Lease()
-        out, inputs = _forward(rounding, x, weight, bias, lease)
+        out, inputs = _forward(rounding, x, weight, bias, bias_rounded, lease)
+        ctx.bias_rounded = bias_rounded
         weakref.finalize(ctx, lease.release)  # read by this node until it is gone (after its backward)
         ctx.rounding = rounding
         ctx.needs = (not x.stop_gradient, not weight.stop_gradient, None if bias is None else not bias.stop_gradient)
@@ -124,18 +128,20 @@ class _Linear(paddle.autograd.PyLayer):
         x, weight = ctx.saved_tensor()
         rounding = ctx.rounding
         lease = pool.Lease()
+        bias_grad = None if ctx.bias_rounded or not ctx.needs[2] else kernels.sum_rows(grad)  # float32 add
         grad = rounding.rounded(grad, lease)
         need_x, need_weight, need_bias = ctx.needs
         grads = [rounding.own(kernels.matmul(grad, weight, False, True)) if need_x else None,
                  rounding.own(kernels.matmul(kernels.rows(x), kernels.rows(grad), True, False))
                  if need_weight else None]
         if need_bias is not None:
-            grads.append(rounding.own(kernels.sum_rows(grad)) if need_bias else None)
+            grads.append(bias_grad if bias_grad is not None or not need_bias else rounding.own(kernels.sum_rows(grad)))
         lease.release()  # every gradient is a new tensor: the rounded one is read no more
         return tuple(grads)
 
 
-def linear(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], dtype: str) -> Optional[paddle.Tensor]:
+def linear(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], dtype: str,
+           bias_rounded: bool = True) -> Optional[paddle.Tensor]:
     """``original(*args, **kwargs)`` (``F.linear``) as one low-precision ``linear``, or None
     where this path does not apply (see the module docstring).
 
@@ -143,9 +149,12 @@ def linear(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], dt
         original: the function the call was for; only Paddle's own ``F.linear`` is run here.
         args, kwargs: the call's arguments.
         dtype: ``"float16"`` or ``"bfloat16"``.
+        bias_rounded: the bias is an input of the low-precision op (Paddle 3.x's ``linear_v2``);
+            False: the low-precision product plus the bias in float32, its gradient the float32
+            sum of the output gradient (Paddle 2.6's ``matmul`` and a promoting ``add``).
 
     Returns:
-        The rounded output (float32, not yet marked low), or None.
+        The output (float32; with ``bias_rounded`` or no bias, rounded, not yet marked low), or None.
     """
     if not getattr(original, "__module__", "").startswith("paddle.") or not paddle.in_dynamic_mode():
         return None
@@ -155,8 +164,8 @@ def linear(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], dt
     x, weight, bias = bound
     rounding = _Rounding(dtype, weight.place)
     if paddle.is_grad_enabled() and not all(t is None or t.stop_gradient for t in bound):
-        return _Linear.apply(x, weight, bias, rounding)
+        return _Linear.apply(x, weight, bias, rounding, bias_rounded)
     lease = pool.Lease()
-    out = _forward(rounding, x, weight, bias, lease)[0]
+    out = _forward(rounding, x, weight, bias, bias_rounded, lease)[0]
     lease.release()
     return out

@@ -180,6 +180,10 @@ def _rehearsed(original: Callable, name: str, op_types: Tuple[str, ...], kind: s
     parts = composite.split(name, original, args, kwargs)
     if parts is None:
         return _one_op(original, name, op_types, kind, lists, args, kwargs)
+    if name == "linear" and parts.bias is not None and _linear_with_float32_bias(parts, lists):
+        out = fused.linear(original, args, kwargs, _state.emulated_dtype(), bias_rounded=False)
+        if out is not None:  # one autograd node, the same bits
+            return out
     out = _one_op(original, name, parts.op_types, kind, lists, parts.args, parts.kwargs)
     if parts.bias is None:
         return out
@@ -188,6 +192,17 @@ def _rehearsed(original: Callable, name: str, op_types: Tuple[str, ...], kind: s
     if lowprec.is_low(parts.bias, dtype):
         lowprec.mark(bias, dtype)
     return _one_op(paddle.add, "add", ("elementwise_add",), ARITH, lists, (out, bias), {})
+
+
+def _linear_with_float32_bias(parts: composite.Split, lists: _state.Lists) -> bool:
+    """Whether a split ``F.linear`` (Paddle 2.6) runs its product in low precision here and adds
+    its bias in float32: the product is white-listed and rounded here, and the ``add`` is
+    black-listed, or neither white-listed nor given a low-precision bias."""
+    if any(op in lists.black for op in parts.op_types) or not (runs_low(parts.op_types, lists) and _state.in_scope()):
+        return False
+    if "elementwise_add" in lists.black:
+        return True
+    return not (runs_low(("elementwise_add",), lists) or lowprec.is_low(parts.bias, _state.emulated_dtype()))
 
 
 def runs_low(op_types: Tuple[str, ...], lists: _state.Lists) -> bool:
