@@ -137,6 +137,8 @@ def resolve(
     """
     white = list(white or ())
     black = list(black or ())
+    if not white and not black:  # nothing to check or explain (every auto_cast without lists)
+        return ResolvedLists(frozenset(), frozenset(), (), ())
     validate(white, black, registry)
     if defaults is None:
         from ._compat import default_op_lists

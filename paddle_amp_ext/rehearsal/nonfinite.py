@@ -149,8 +149,10 @@ def _cross_entropy(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, 
 
 
 def _relu(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    if not paddle.is_grad_enabled():
+        return original(*args, **kwargs)
     out = original(*args, **kwargs)
-    if out.stop_gradient or not _cpu_float32(out) or not paddle.is_grad_enabled():
+    if out.stop_gradient or not _cpu_float32(out):
         return out
     kept = out.detach()  # the hook holds the values, not the tensor that holds the hook
 
