@@ -8,7 +8,7 @@ rehearsal in two threads do not see each other's dtype. What is held:
   they round the whole thread (``rehearse``) or only a model's forward (``fp16_emulation``);
 - the ``auto_cast`` contexts entered inside a rehearsal: (enable requested, lists), whose
   lists the op-level rehearsal follows;
-- the forwards of rehearsed models running now (markers the rehearsal pushes and pops);
+- the rehearsed models' scopes: the code of their layers' forwards and the layers themselves;
 - float32 regions (layers kept by ``keep_fp32``), where nothing is rounded;
 - who wants to hear of a ``decorate(level="O2")`` made inside a rehearsal.
 """
@@ -41,7 +41,7 @@ _emulation: contextvars.ContextVar[Tuple[_Rehearsal, ...]] = contextvars.Context
 _autocast: contextvars.ContextVar[Tuple[Tuple[bool, Lists], ...]] = contextvars.ContextVar(
     "paddle_amp_ext_autocast", default=())
 _fp32: contextvars.ContextVar[int] = contextvars.ContextVar("paddle_amp_ext_fp32", default=0)
-_forwards: contextvars.ContextVar[Tuple[Any, ...]] = contextvars.ContextVar("paddle_amp_ext_forwards", default=())
+_scopes: contextvars.ContextVar[Tuple[Scope, ...]] = contextvars.ContextVar("paddle_amp_ext_scopes", default=())
 _on_decorate: contextvars.ContextVar[Tuple[Callable[..., None], ...]] = contextvars.ContextVar(
     "paddle_amp_ext_on_decorate", default=())
 
@@ -85,35 +85,41 @@ def pop_autocast(token: contextvars.Token) -> None:
     _autocast.reset(token)
 
 
-def forwards() -> Tuple[Any, ...]:
-    """The markers of the rehearsed models' forwards running now, outermost first."""
-    return _forwards.get()
+class Scope(NamedTuple):
+    """Where a rehearsed model's forward runs: frames executing one of ``codes`` (its layers'
+    ``forward`` functions) whose first argument is one of ``layers`` (their ``id``s)."""
+
+    codes: FrozenSet[Any]
+    layers: FrozenSet[int]
 
 
-def set_forwards(markers: Tuple[Any, ...]) -> None:
-    _forwards.set(markers)
+def push_scope(scope: Scope) -> contextvars.Token:
+    """Round inside ``scope`` too, until :func:`pop_scope` with the token."""
+    return _scopes.set(_scopes.get() + (scope,))
+
+
+def pop_scope(token: contextvars.Token) -> None:
+    _scopes.reset(token)
 
 
 def in_scope() -> bool:
     """Whether an op called now is in what a rehearsal rounds: the whole thread for
-    ``rehearse()``, a rehearsed model's forward for ``fp16_emulation(model)`` (the markers
-    are the frames of those forwards: one that raised is dropped here once it is off the
-    caller's stack)."""
+    ``rehearse()``, a rehearsed model's forward for ``fp16_emulation(model)``: one of its layers'
+    ``forward`` is running on the caller's stack (a walk up the stack, a few frames from an op
+    inside a layer; frames of other code are told apart by their code object alone)."""
     if any(r.thread_wide for r in _emulation.get()):
         return True
-    running = _forwards.get()
-    if running and not on_stack(running[-1], sys._getframe(1)):
-        running = tuple(frame for frame in running if on_stack(frame, sys._getframe(1)))
-        _forwards.set(running)
-    return bool(running)
-
-
-def on_stack(frame: Any, current: Any) -> bool:
-    """Whether ``frame`` is ``current`` or one of its callers."""
-    while current is not None:
-        if current is frame:
-            return True
-        current = current.f_back
+    scopes = _scopes.get()
+    if not scopes:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        for scope in scopes:
+            if code in scope.codes and code.co_argcount and \
+                    id(frame.f_locals.get(code.co_varnames[0])) in scope.layers:
+                return True
+        frame = frame.f_back
     return False
 
 
