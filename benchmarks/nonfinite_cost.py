@@ -3,8 +3,8 @@
 The models of ``rehearsal_cost.py`` (MLP with two ReLUs, CNN with two ReLUs, a Transformer
 encoder whose attention calls softmax), trained under ``fp16_emulation``: once as shipped, once
 with the fix-ups of :mod:`paddle_amp_ext.rehearsal.nonfinite` turned off (the ops run Paddle's
-CPU kernels alone). On finite values each fix-up is one sum over its input (relu: its output
-gradient) and one number read on the host. The two variants alternate in short blocks; the
+CPU kernels alone). On finite values each fix-up is one check of its input (relu: its output
+gradient): one scan by the compiled finiteness kernel, or a sum and one number read on the host. The two variants alternate in short blocks; the
 ratio is the median of the paired per-block ratios, with the 25th-75th percentile spread.
 
     python benchmarks/nonfinite_cost.py [--steps 4] [--repeats 9]
