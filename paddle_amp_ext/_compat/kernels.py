@@ -150,9 +150,7 @@ def _one_pass(rounder: Optional[Rounder], x: paddle.Tensor, in_place: bool) -> O
         x, in_place = _C.assign(x), True  # a new tensor: its own buffer is the output
         if not x.is_contiguous():
             return None
-    out = x if in_place else _C.empty_like(x, paddle.float32, x.place)
-    rounder(x.data_ptr(), out.data_ptr(), numel)
-    return out
+    return round_with(rounder, x, in_place)
 
 
 def round_to_bfloat16(x: paddle.Tensor, in_place: bool = False) -> Optional[paddle.Tensor]:

@@ -27,8 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import paddle
 
-from .._compat import kernels as rounders
-from .._compat import matmul as kernels
+from .._compat import kernels, matmul
 from .._native import Rounder
 from . import pool
 from .lowprec import is_low
@@ -71,7 +70,7 @@ class _Rounding:
 
     def __init__(self, dtype: str, place: Any) -> None:
         self.dtype = dtype
-        self.rounder: Optional[Rounder] = rounders.native_rounder(dtype) if place.is_cpu_place() else None
+        self.rounder: Optional[Rounder] = kernels.native_rounder(dtype) if place.is_cpu_place() else None
 
     def copy(self, tensor: paddle.Tensor, lease: pool.Lease) -> paddle.Tensor:
         """``tensor`` rounded into a buffer of ``lease``, unless it already holds ``dtype`` values."""
@@ -82,13 +81,13 @@ class _Rounding:
     def rounded(self, tensor: paddle.Tensor, lease: pool.Lease) -> paddle.Tensor:
         """``tensor`` rounded into a buffer of ``lease`` (a new tensor where the kernel does not apply)."""
         if self.rounder is not None and tensor.is_contiguous():
-            return rounders.round_with(self.rounder, tensor, out=lease.take(tensor))
+            return kernels.round_with(self.rounder, tensor, out=lease.take(tensor))
         return round_values(tensor, self.dtype)
 
     def own(self, tensor: paddle.Tensor) -> paddle.Tensor:
         """``tensor``, a kernel's fresh output, rounded in its own buffer."""
         if self.rounder is not None:
-            return rounders.round_with(self.rounder, tensor, in_place=True)
+            return kernels.round_with(self.rounder, tensor, in_place=True)
         return round_own(tensor, self.dtype)
 
 
@@ -96,9 +95,9 @@ def _forward(rounding: _Rounding, x: paddle.Tensor, weight: paddle.Tensor, bias:
              bias_rounded: bool, lease: pool.Lease) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
     inputs = [rounding.copy(x, lease), rounding.copy(weight, lease)]
     if bias is None or bias_rounded:
-        out = kernels.linear(*inputs, None if bias is None else rounding.copy(bias, lease))
+        out = matmul.linear(*inputs, None if bias is None else rounding.copy(bias, lease))
         return rounding.own(out), inputs
-    return kernels.add_(rounding.own(kernels.linear(*inputs, None)), bias), inputs  # float32 bias add
+    return matmul.add_(rounding.own(matmul.linear(*inputs, None)), bias), inputs  # float32 bias add
 
 
 class _Linear(paddle.autograd.PyLayer):
@@ -112,14 +111,14 @@ class _Linear(paddle.autograd.PyLayer):
         ctx.needs = (not x.stop_gradient, not weight.stop_gradient, None if bias is None else not bias.stop_gradient)
         ctx.save_for_backward(*inputs)
         # the caller's own tensors the backward reads (not rounded copies): their versions now
-        ctx.versions = [(name, t, kernels.inplace_version(t)) for name, t, kept in
+        ctx.versions = [(name, t, matmul.inplace_version(t)) for name, t, kept in
                         (("x", x, inputs[0]), ("weight", weight, inputs[1])) if kept is t]
         return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         for name, tensor, version in ctx.versions:
-            now = kernels.inplace_version(tensor)
+            now = matmul.inplace_version(tensor)
             if now != version:
                 raise RuntimeError(
                     f"The {name} of a rehearsed linear was changed in place after its forward (its "
@@ -128,14 +127,14 @@ class _Linear(paddle.autograd.PyLayer):
         x, weight = ctx.saved_tensor()
         rounding = ctx.rounding
         lease = pool.Lease()
-        bias_grad = None if ctx.bias_rounded or not ctx.needs[2] else kernels.sum_rows(grad)  # float32 add
+        bias_grad = None if ctx.bias_rounded or not ctx.needs[2] else matmul.sum_rows(grad)  # float32 add
         grad = rounding.rounded(grad, lease)
         need_x, need_weight, need_bias = ctx.needs
-        grads = [rounding.own(kernels.matmul(grad, weight, False, True)) if need_x else None,
-                 rounding.own(kernels.matmul(kernels.rows(x), kernels.rows(grad), True, False))
+        grads = [rounding.own(matmul.matmul(grad, weight, False, True)) if need_x else None,
+                 rounding.own(matmul.matmul(matmul.rows(x), matmul.rows(grad), True, False))
                  if need_weight else None]
         if need_bias is not None:
-            grads.append(bias_grad if bias_grad is not None or not need_bias else rounding.own(kernels.sum_rows(grad)))
+            grads.append(bias_grad if bias_grad is not None or not need_bias else rounding.own(matmul.sum_rows(grad)))
         lease.release()  # every gradient is a new tensor: the rounded one is read no more
         return tuple(grads)
 
