@@ -16,6 +16,7 @@ code):
   which parameters ``decorate(level="O2")`` casts).
 - :mod:`.kernels`: float16 rounding by ``paddle._C_ops`` kernels, or by the compiled one-pass
   kernel (:mod:`paddle_amp_ext._native`) through ``Tensor.data_ptr()``.
+- :mod:`.tensors`: a fast float32 test of a tensor, a gradient hook without the public method's binding.
 - :mod:`.matmul`: the float32 ``linear``/``matmul`` kernels and a tensor's in-place version,
   for the rehearsal's one-node Linear.
 """
@@ -52,6 +53,7 @@ from .tracer import (
     gpu_amp_support,
     in_static_mode,
     is_static_value,
+    master_grad_hook_due,
     paddle_auto_cast,
     paddle_decorate,
     place_kind,
@@ -79,6 +81,7 @@ __all__ = [
     "is_static_value",
     "iter_grads",
     "mark_stepped",
+    "master_grad_hook_due",
     "multiply_inplace",
     "o2_low_precision_layers",
     "optimizer_parameters",

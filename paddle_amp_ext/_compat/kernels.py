@@ -35,6 +35,7 @@ from typing import Optional
 import paddle
 
 from .._native import Rounder, bf16_rounder, finite_scanner, fp16_rounder
+from .tensors import is_float32
 
 _C = paddle._C_ops
 
@@ -144,7 +145,7 @@ def _one_pass(rounder: Optional[Rounder], x: paddle.Tensor, in_place: bool) -> O
     into a new contiguous tensor (``_C_ops.assign``; not ``Tensor.contiguous``, which makes
     ``x`` itself contiguous and returns it), rounded there in place."""
     numel = math.prod(x.shape)
-    if rounder is None or not numel or x.dtype != paddle.float32 or not x.place.is_cpu_place():
+    if rounder is None or not numel or not is_float32(x) or not x.place.is_cpu_place():
         return None
     if not x.is_contiguous():
         x, in_place = _C.assign(x), True  # a new tensor: its own buffer is the output
@@ -242,7 +243,7 @@ def all_finite(tensor: paddle.Tensor) -> bool:
     inside a backward hook), so a finite tensor whose sum overflows reads as not finite."""
     scan = finite_scanner()
     on_cpu = tensor.place.is_cpu_place()
-    if scan is not None and on_cpu and tensor.dtype == paddle.float32 and tensor.is_contiguous():
+    if scan is not None and on_cpu and is_float32(tensor) and tensor.is_contiguous():
         return bool(scan(tensor.data_ptr(), math.prod(tensor.shape)))
     total = _C.sum(tensor, [], paddle.float32, False)
     if not on_cpu:

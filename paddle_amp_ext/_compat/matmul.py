@@ -2,7 +2,9 @@
 one-node Linear (:mod:`paddle_amp_ext.rehearsal.fused`).
 
 Relies on ``paddle._C_ops.{linear, add_, matmul, sum, reshape, assign}`` with the signatures of
-paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU), and on ``Tensor._inplace_version()``
+paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU), on ``paddle._C_ops.matmul_grad`` where it
+exists (3.3.1; the same bits as the two matmuls it replaces, checked for 1-D, 2-D and 3-D
+inputs), and on ``Tensor._inplace_version()``
 (the counter Paddle's own ops check before a backward reads a saved tensor). Calling the
 kernels directly skips the public functions' Python dispatch, and with it the rehearsal's own
 wrappers, which a backward pass (run outside any wrapped op) would otherwise enter again.
@@ -10,11 +12,12 @@ wrappers, which a backward pass (run outside any wrapped op) would otherwise ent
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import paddle
 
 _C = paddle._C_ops
+_MATMUL_GRAD = getattr(_C, "matmul_grad", None)  # Paddle 3.x
 
 
 def linear(x: paddle.Tensor, weight: paddle.Tensor, bias: Optional[paddle.Tensor]) -> paddle.Tensor:
@@ -30,6 +33,15 @@ def add_(x: paddle.Tensor, y: paddle.Tensor) -> paddle.Tensor:
 def matmul(x: paddle.Tensor, y: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False) -> paddle.Tensor:
     """``x @ y`` by Paddle's ``matmul`` kernel, either side transposed (its last two axes)."""
     return _C.matmul(x, y, transpose_x, transpose_y)
+
+
+def matmul_grads(x: paddle.Tensor, weight: paddle.Tensor, grad: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
+    """``(grad @ weight^T, rows(x)^T @ rows(grad))``: both gradients of ``x @ weight`` (``weight``
+    2-D) for the output gradient ``grad``, by one ``matmul_grad`` kernel call where Paddle has it
+    and ``x`` is contiguous, else by two ``matmul`` calls."""
+    if _MATMUL_GRAD is not None and x.is_contiguous():
+        return _MATMUL_GRAD(x, weight, grad, False, False)
+    return matmul(grad, weight, False, True), matmul(rows(x), rows(grad), True, False)
 
 
 def rows(x: paddle.Tensor) -> paddle.Tensor:

@@ -25,7 +25,9 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   which ``paddle.framework.core.eval_frame_skip_file_prefix`` installs.
 - ``paddle.amp.auto_cast.amp_global_state().amp_dtype``: Paddle's scaler disables itself in
   ``scale()`` unless this is ``'float16'``; fp16 emulation sets it. ``amp_state()``: the
-  arguments of the innermost ``auto_cast``.
+  arguments of the innermost ``auto_cast``. ``use_master_grad`` and
+  ``already_register_final_backward_hook``: whether ``amp_guard`` registers its master-gradient
+  hook when entered (enabled or not).
 """
 
 from __future__ import annotations
@@ -216,6 +218,16 @@ def set_amp_state_dtype(dtype: str) -> str:
     previous = str(state.amp_dtype)
     state.amp_dtype = dtype
     return previous
+
+
+def master_grad_hook_due() -> bool:
+    """Whether Paddle's ``auto_cast`` would register its master-gradient hook when entered (after
+    ``decorate(master_grad=True)``, once per backward), enabled or not."""
+    from paddle.amp.auto_cast import amp_global_state
+
+    state = amp_global_state()
+    return bool(getattr(state, "use_master_grad", False)
+                and not getattr(state, "already_register_final_backward_hook", False))
 
 
 def autocast_enabled() -> bool:

@@ -39,6 +39,24 @@ class Split(NamedTuple):
     axis: int
 
 
+_LINEAR_PARAMETERS = ("x", "weight", "bias", "name")
+
+
+def linear_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any, Any]]:
+    """``(x, weight, bias)`` of an ``F.linear(x, weight, bias=None, name=None)`` call, or None
+    where the arguments do not bind (Paddle then raises its own error)."""
+    if len(args) > len(_LINEAR_PARAMETERS):
+        return None
+    values = dict(zip(_LINEAR_PARAMETERS, args))
+    for key, value in kwargs.items():
+        if key not in _LINEAR_PARAMETERS or key in values:
+            return None
+        values[key] = value
+    if "x" not in values or "weight" not in values:
+        return None
+    return values["x"], values["weight"], values.get("bias")
+
+
 @functools.cache
 def _signature(function: Callable) -> inspect.Signature:
     return inspect.signature(function)
@@ -65,8 +83,11 @@ def split(name: str, function: Callable, args: Tuple[Any, ...], kwargs: Dict[str
     if name == "linear":
         if gpu_linear_is_fused():
             return None
-        if len(args) == 3 and not kwargs:  # F.linear(x, weight, bias), as nn.Linear calls it
-            return Split(args[:2], {}, ("matmul_v2",), args[2], -1)
+        bound = linear_arguments(args, kwargs)  # no inspect binding: nn.Linear calls it every step
+        if bound is None:
+            return None
+        x, weight, bias = bound
+        return Split((x, weight), {}, ("matmul_v2",), bias, -1)
     try:
         bound = _signature(function).bind(*args, **kwargs)
     except TypeError:  # let Paddle raise its own error

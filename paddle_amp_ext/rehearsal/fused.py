@@ -22,37 +22,21 @@ backward that was changed in place after the forward raises there, as Paddle's o
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import paddle
 
 from .._compat import kernels, matmul
+from .._compat.tensors import is_float32
 from .._native import Rounder
 from . import pool
+from .composite import linear_arguments
 from .lowprec import is_low
 from .rounding import round_own, round_values
 
-_PARAMETERS = ("x", "weight", "bias", "name")
-
 
 def _dense_float32(value: Any) -> bool:
-    return isinstance(value, paddle.Tensor) and value.dtype == paddle.float32 and value.is_dense()
-
-
-def _arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any, Any]]:
-    """``(x, weight, bias)`` of an ``F.linear(x, weight, bias=None, name=None)`` call, or None
-    where the arguments do not bind (Paddle then raises its own error)."""
-    if len(args) > len(_PARAMETERS):
-        return None
-    values = dict(zip(_PARAMETERS, args))
-    for key, value in kwargs.items():
-        if key not in _PARAMETERS or key in values:
-            return None
-        values[key] = value
-    if "x" not in values or "weight" not in values:
-        return None
-    return values["x"], values["weight"], values.get("bias")
+    return isinstance(value, paddle.Tensor) and value.is_dense() and is_float32(value)
 
 
 def _eligible(x: Any, weight: Any, bias: Any) -> bool:
@@ -64,13 +48,13 @@ def _eligible(x: Any, weight: Any, bias: Any) -> bool:
 class _Rounding:
     """Rounding to ``dtype`` by the one-pass kernel where it applies (CPU tensors, contiguous;
     copies then go into buffers of a :class:`~.pool.Lease`), else by :mod:`.rounding`'s exact
-    kernels; both give the same bits."""
+    kernels; both give the same bits. One per dtype and kind of place (:func:`_rounding`)."""
 
     __slots__ = ("dtype", "rounder")
 
-    def __init__(self, dtype: str, place: Any) -> None:
+    def __init__(self, dtype: str, on_cpu: bool) -> None:
         self.dtype = dtype
-        self.rounder: Optional[Rounder] = kernels.native_rounder(dtype) if place.is_cpu_place() else None
+        self.rounder: Optional[Rounder] = kernels.native_rounder(dtype) if on_cpu else None
 
     def copy(self, tensor: paddle.Tensor, lease: pool.Lease) -> paddle.Tensor:
         """``tensor`` rounded into a buffer of ``lease``, unless it already holds ``dtype`` values."""
@@ -91,6 +75,24 @@ class _Rounding:
         return round_own(tensor, self.dtype)
 
 
+_roundings: Dict[Tuple[str, bool], _Rounding] = {}
+
+
+def _rounding(dtype: str, place: Any) -> _Rounding:
+    """The :class:`_Rounding` of ``dtype`` for tensors on ``place`` (made once; :func:`clear`)."""
+    key = (dtype, place.is_cpu_place())
+    rounding = _roundings.get(key)
+    if rounding is None:
+        rounding = _roundings[key] = _Rounding(*key)
+    return rounding
+
+
+def clear() -> None:
+    """Forget the roundings made so far (the last rehearsal ended: the kernels are asked again
+    by the next)."""
+    _roundings.clear()
+
+
 def _forward(rounding: _Rounding, x: paddle.Tensor, weight: paddle.Tensor, bias: Optional[paddle.Tensor],
              bias_rounded: bool, lease: pool.Lease) -> Tuple[paddle.Tensor, List[paddle.Tensor]]:
     inputs = [rounding.copy(x, lease), rounding.copy(weight, lease)]
@@ -106,7 +108,7 @@ class _Linear(paddle.autograd.PyLayer):
         lease = pool.Lease()
         out, inputs = _forward(rounding, x, weight, bias, bias_rounded, lease)
         ctx.bias_rounded = bias_rounded
-        weakref.finalize(ctx, lease.release)  # read by this node until it is gone (after its backward)
+        ctx.lease = lease  # read by this node until it is gone (after its backward): then released
         ctx.rounding = rounding
         ctx.needs = (not x.stop_gradient, not weight.stop_gradient, None if bias is None else not bias.stop_gradient)
         ctx.save_for_backward(*inputs)
@@ -130,9 +132,12 @@ class _Linear(paddle.autograd.PyLayer):
         bias_grad = None if ctx.bias_rounded or not ctx.needs[2] else matmul.sum_rows(grad)  # float32 add
         grad = rounding.rounded(grad, lease)
         need_x, need_weight, need_bias = ctx.needs
-        grads = [rounding.own(matmul.matmul(grad, weight, False, True)) if need_x else None,
-                 rounding.own(matmul.matmul(matmul.rows(x), matmul.rows(grad), True, False))
-                 if need_weight else None]
+        if need_x and need_weight:
+            grads = [rounding.own(g) for g in matmul.matmul_grads(x, weight, grad)]
+        else:
+            grads = [rounding.own(matmul.matmul(grad, weight, False, True)) if need_x else None,
+                     rounding.own(matmul.matmul(matmul.rows(x), matmul.rows(grad), True, False))
+                     if need_weight else None]
         if need_bias is not None:
             grads.append(bias_grad if bias_grad is not None or not need_bias else rounding.own(matmul.sum_rows(grad)))
         lease.release()  # every gradient is a new tensor: the rounded one is read no more
@@ -157,11 +162,11 @@ def linear(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any], dt
     """
     if not getattr(original, "__module__", "").startswith("paddle.") or not paddle.in_dynamic_mode():
         return None
-    bound = _arguments(args, kwargs)
+    bound = linear_arguments(args, kwargs)
     if bound is None or not _eligible(*bound):
         return None
     x, weight, bias = bound
-    rounding = _Rounding(dtype, weight.place)
+    rounding = _rounding(dtype, weight.place)
     if paddle.is_grad_enabled() and not all(t is None or t.stop_gradient for t in bound):
         return _Linear.apply(x, weight, bias, rounding, bias_rounded)
     lease = pool.Lease()

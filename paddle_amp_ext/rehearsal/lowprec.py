@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterable, Tuple
 
 import paddle
 
+from .._compat.tensors import is_float32
 from .rounding import round_trip
 
 _marked: Dict[int, Tuple[weakref.ref[paddle.Tensor], str]] = {}
@@ -44,7 +45,7 @@ def is_low(tensor: paddle.Tensor, dtype: str) -> bool:
 
 
 def _float32(value: Any) -> bool:
-    return isinstance(value, paddle.Tensor) and value.dtype == paddle.float32
+    return isinstance(value, paddle.Tensor) and is_float32(value)
 
 
 def tensors(args: Iterable[Any]) -> Iterable[paddle.Tensor]:

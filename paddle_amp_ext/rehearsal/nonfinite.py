@@ -39,13 +39,13 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import paddle
 
 from .._compat import kernels
+from .._compat.tensors import add_grad_hook, is_float32
 
 NAN, INF = float("nan"), float("inf")
 
 
 def _cpu_float32(value: Any) -> bool:
-    return (isinstance(value, paddle.Tensor) and value.dtype == paddle.float32
-            and value.place.is_cpu_place())
+    return isinstance(value, paddle.Tensor) and is_float32(value) and value.place.is_cpu_place()
 
 
 def all_finite(tensor: paddle.Tensor) -> bool:
@@ -161,7 +161,7 @@ def _relu(original: Callable, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> 
             return None
         return paddle.where(kept > 0, grad, paddle.zeros_like(grad))
 
-    out.register_hook(gpu_gradient)
+    add_grad_hook(out, gpu_gradient)
     return out
 
 

@@ -198,7 +198,7 @@ def _linear_with_float32_bias(parts: composite.Split, lists: _state.Lists) -> bo
     """Whether a split ``F.linear`` (Paddle 2.6) runs its product in low precision here and adds
     its bias in float32: the product is white-listed and rounded here, and the ``add`` is
     black-listed, or neither white-listed nor given a low-precision bias."""
-    if any(op in lists.black for op in parts.op_types) or not (runs_low(parts.op_types, lists) and _state.in_scope()):
+    if not lists.black.isdisjoint(parts.op_types) or not (runs_low(parts.op_types, lists) and _state.in_scope()):
         return False
     if "elementwise_add" in lists.black:
         return True
@@ -208,14 +208,14 @@ def _linear_with_float32_bias(parts: composite.Split, lists: _state.Lists) -> bo
 def runs_low(op_types: Tuple[str, ...], lists: _state.Lists) -> bool:
     """Whether AMP casts an op's float32 inputs to low precision whatever they hold: it is
     white-listed, or every op not black-listed is at O2 with ``use_promote=False``."""
-    return any(op in lists.white for op in op_types) or (lists.level == "O2" and not lists.promote)
+    return not lists.white.isdisjoint(op_types) or (lists.level == "O2" and not lists.promote)
 
 
 def _one_op(original: Callable, name: str, op_types: Tuple[str, ...], kind: str, lists: _state.Lists,
             args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-    dtype = _state.emulated_dtype()
-    if any(op in lists.black for op in op_types):
+    if not lists.black.isdisjoint(op_types):
         return original(*args, **kwargs)
+    dtype = _state.emulated_dtype()
     x_only = name in X_ONLY  # the inputs AMP looks at and casts: X alone, or all
     cast, rest = (args[:1], args[1:]) if x_only else (args, ())
     if runs_low(op_types, lists) and _state.in_scope():
@@ -284,6 +284,7 @@ def release() -> None:
             setattr(owner, name, original)
         kernels.SCRATCH.clear()
         pool.clear()
+        fused.clear()
 
 
 class observe:  # noqa: N801 - used as a context manager, like contextlib helpers

@@ -4,9 +4,10 @@ A rounded copy written into a buffer that was in use a moment ago (still in the 
 costs about half of one written into a fresh buffer: 55 against 25 us for a 128x512 gradient,
 113 against 60 us for a 512x512 weight (Intel Xeon, Paddle 3.3.1). A :class:`Lease` takes
 buffers by shape and hands them all back at once, when the autograd node that reads them is gone
-(:mod:`.fused` ties a lease to the node) or when a backward pass is done with them. Free buffers
-are kept for every thread alike (taking one is a single atomic ``list.pop``), at most
-:data:`MAX_BYTES` of them, and dropped when the last rehearsal ends (:func:`clear`).
+(:mod:`.fused` keeps a lease on the node, and a lease nothing holds is released) or when a
+backward pass is done with them. Free buffers are kept for every thread alike (taking one is a
+single atomic ``list.pop``), at most :data:`MAX_BYTES` of them, and dropped when the last
+rehearsal ends (:func:`clear`).
 """
 
 from __future__ import annotations
@@ -29,11 +30,18 @@ _generation = [0]  # bumped by clear(): leases from before it hand nothing back
 class Lease:
     """Buffers taken from the pool, handed back together by :meth:`release`."""
 
-    __slots__ = ("buffers", "generation", "__weakref__")
+    __slots__ = ("buffers", "generation")
 
     def __init__(self) -> None:
         self.buffers: List[paddle.Tensor] = []
         self.generation = _generation[0]
+
+    def __del__(self) -> None:  # nothing holds the lease (the autograd node it was tied to is gone)
+        if self.buffers:
+            try:
+                self.release()
+            except (TypeError, AttributeError):  # at interpreter exit, this module's globals are gone
+                pass
 
     def take(self, like: paddle.Tensor) -> paddle.Tensor:
         """A contiguous float32 buffer shaped like ``like`` (a CPU tensor), contents undefined."""
