@@ -13,6 +13,7 @@ arithmetic one, which gives +0 for a negative value flushed to zero (documented)
     .venv/bin/python scripts/check_fp16_rounding.py                   # all 2**32 patterns, both dtypes
     .venv/bin/python scripts/check_fp16_rounding.py --step 251        # every 251st pattern
     .venv/bin/python scripts/check_fp16_rounding.py --dtype bfloat16 --kernel native --json
+    .venv/bin/python scripts/check_fp16_rounding.py --kernel native --vector-bits 256  # the AVX2 code
 
 Exit code 0: no wrong value and no lost zero sign (but the documented one); 1: some; 2: usage.
 """
@@ -111,6 +112,8 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=DTYPES + ("both",), default="both")
     parser.add_argument("--step", type=int, default=1, help="check every STEP-th bit pattern (default: all)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--vector-bits", type=int, choices=(512, 256, 128),
+                        help="cap the native kernel's vectors at this width (default: the widest this CPU has)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -118,6 +121,10 @@ def main(argv: List[str] | None = None) -> int:
     if args.step < 1:
         print(f"--step must be at least 1, got {args.step}", file=sys.stderr)
         return 2
+    if args.vector_bits:
+        from paddle_amp_ext._native import vector_bits
+
+        print(f"native kernel vectors: at most {vector_bits(args.vector_bits)} bits", file=sys.stderr)
     reports, ok = {}, True
     for dtype in DTYPES if args.dtype == "both" else (args.dtype,):
         kernels = available(dtype, args.kernel)

@@ -279,8 +279,8 @@ def test_bfloat16_round_trips_match_with_either_kernel(rebuild, monkeypatch, swi
     build.reset()
     if switch == "1":
         require_native_kernel()
-    assert rounding.kernel("bfloat16") == ("bf16 kernel" if switch == "1" else
-                                           "Paddle cast" if rounding.cast_is_exact("bfloat16") else "Paddle arithmetic")
+    assert rounding.kernel("bfloat16").split(" (")[0] == (
+        "bf16 kernel" if switch == "1" else "Paddle cast" if rounding.cast_is_exact("bfloat16") else "Paddle arithmetic")
     for size in (100, 5000, 70000):
         values = wide_values(size, seed=size)
         x = paddle.to_tensor(values, stop_gradient=False)
@@ -325,3 +325,53 @@ def test_the_finiteness_scan_finds_every_inf_and_nan_and_agrees_with_the_sum_tes
     monkeypatch.setattr(kernels, "finite_scanner", lambda: None)  # the fallback: the sum's test
     assert not kernels.all_finite(paddle.to_tensor(huge))
     assert kernels.all_finite(paddle.to_tensor(values)) == bool(np.isfinite(values.sum()))
+
+
+@pytest.mark.parametrize("width", build.WIDTHS)
+def test_every_vector_width_rounds_exactly_at_every_length(width):
+    """The 16-, 8- and 1-value code paths (AVX-512F, AVX2/F16C, plain C), each capped at in turn
+    on this CPU: the bit-pattern sample and every length from 0 to 70 (vector bodies and tails),
+    in place and into another buffer, as numpy rounds (float16) and nearest-even (bfloat16)."""
+    require_native_kernel()
+    from paddle_amp_ext._native import vector_bits
+
+    script = check_script()
+    try:
+        in_effect = vector_bits(width)
+        assert in_effect <= width
+        for dtype in ("float16", "bfloat16"):
+            report = script.check(["native"], step=4099, dtype=dtype)
+            assert report["native"]["wrong"] == 0 and report["native"]["zero_sign"] == 0, (width, dtype, report)
+        for n in range(71):
+            values = wide_values(n, seed=n)
+            for dtype, rounder, expected in (("float16", build.fp16_rounder(), fp16(values)),
+                                             ("bfloat16", build.bf16_rounder(), bf16(values))):
+                out = np.empty_like(values)
+                rounder(values.ctypes.data, out.ctypes.data, n)
+                np.testing.assert_array_equal(out, expected, err_msg=f"{dtype}, {n} values, {width} bits")
+                copy = values.copy()
+                rounder(copy.ctypes.data, copy.ctypes.data, n)
+                np.testing.assert_array_equal(copy, expected, err_msg=f"{dtype} in place, {n}, {width} bits")
+    finally:
+        vector_bits(build.WIDTHS[0])
+
+
+def test_the_probe_reaches_every_lane():
+    """A rounder wrong in one lane of a 16-value vector only (past the probe's own length) fails
+    the load-time probe."""
+    import ctypes
+
+    values, expected = probes.fp16_probe()
+
+    def rounder(wrong_lane):
+        def round_values(src, dst, n):
+            source, buffer = (ctypes.c_float * n).from_address(src), (ctypes.c_float * n).from_address(dst)
+            rounded = fp16(np.array(source[:], np.float32))
+            for i in range(n):
+                buffer[i] = float(rounded[i]) + (1.0 if i == wrong_lane else 0.0)
+            return 0
+        return round_values
+
+    assert len(values) < 33 < probes.TILED
+    assert not probes.wrong_answer(rounder(None), (values, expected))
+    assert probes.wrong_answer(rounder(33), (values, expected))

@@ -110,7 +110,10 @@ SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
     "pae_round_fp16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "pae_round_bf16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "pae_all_finite": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
+    "pae_vector_bits": (ctypes.c_int, [ctypes.c_int]),
 }
+#: The vector widths the roundings have code for (``pae_vector_bits``), each probed at load.
+WIDTHS = (512, 256, 128)
 #: The loaded library's functions, by name (those of :data:`SYMBOLS`).
 Kernel = Dict[str, Any]
 
@@ -220,11 +223,14 @@ def _load(path: str) -> Kernel:
         kernel[name] = function
     if not kernel["pae_fp16_supported"]():
         raise UnsupportedCPUError("this CPU has no F16C instructions")
-    for name, symbol, probe in (("float16", "pae_round_fp16", probes.fp16_probe()),
-                                ("bfloat16", "pae_round_bf16", probes.bf16_probe())):
-        wrong = probes.wrong_answer(kernel[symbol], probe)
-        if wrong:
-            raise BuildError(f"the built {name} kernel rounded a probe wrongly: {wrong}")
+    for width in reversed(WIDTHS):  # every path this CPU can take; the widest last, and kept
+        kernel["pae_vector_bits"](width)
+        for name, symbol, probe in (("float16", "pae_round_fp16", probes.fp16_probe()),
+                                    ("bfloat16", "pae_round_bf16", probes.bf16_probe())):
+            wrong = probes.wrong_answer(kernel[symbol], probe)
+            if wrong:
+                raise BuildError(f"the built {name} kernel ({width}-bit vectors at most) rounded a probe "
+                                 f"wrongly: {wrong}")
     wrong = probes.wrong_finite_answer(kernel["pae_all_finite"])
     if wrong:
         raise BuildError(f"the built finiteness scan answered a probe wrongly: {wrong}")
@@ -303,6 +309,14 @@ def finite_scanner() -> Optional[Scanner]:
     """The loaded finiteness scan, built and loaded with :func:`fp16_rounder`'s (so None where that is)."""
     kernel = _result()[0]
     return None if kernel is None else kernel["pae_all_finite"]
+
+
+def vector_bits(limit: int = 0) -> Optional[int]:
+    """The widest vectors the loaded roundings use (512: AVX-512F; 256: AVX2 and F16C; 128: plain
+    C for bfloat16), None without the kernel; with ``limit`` (512, 256 or 128), first cap them at
+    that for this process (the tests take every path on one CPU)."""
+    kernel = _result()[0]
+    return None if kernel is None else int(kernel["pae_vector_bits"](limit))
 
 
 def status() -> NativeStatus:

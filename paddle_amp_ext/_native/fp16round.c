@@ -15,6 +15,10 @@
  * becomes a quiet nan of the same sign (the carry could otherwise turn its payload into inf).
  * AVX2 (8 values per instruction) where the CPU has it, else the same arithmetic in plain C.
  *
+ * Both use AVX-512F (16 values per instruction) where the CPU and the OS have it: the same
+ * conversions and the same integer arithmetic, one vector twice as wide, then the narrower
+ * code for the tail. pae_vector_bits caps the width (the tests run every path on one CPU).
+ *
  * pae_all_finite: whether no value of a float32 array is inf or nan (exponent bits all ones),
  * read once (AVX2 where the CPU has it); the rehearsal's non-finite checks use it instead of a
  * reduction kernel and a host read.
@@ -88,6 +92,36 @@ static void round_bf16_avx2(const float *src, float *dst, int64_t n) {
     round_bf16_scalar(src, dst, i, n);
 }
 
+__attribute__((target("avx512f")))
+static void round_f16c_avx512(const float *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    unsigned int csr = _mm_getcsr();
+    _mm_setcsr(csr & ~PAE_MXCSR_FTZ_DAZ);
+    for (; i + 16 <= n; i += 16) {
+        __m256i half = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(half));
+    }
+    _mm_setcsr(csr);
+    if (i < n) round_f16c(src + i, dst + i, n - i);
+}
+
+__attribute__((target("avx512f")))
+static void round_bf16_avx512(const float *src, float *dst, int64_t n) {
+    const __m512i keep = _mm512_set1_epi32((int)PAE_BF16_KEEP), abs = _mm512_set1_epi32((int)PAE_ABS);
+    const __m512i inf = _mm512_set1_epi32((int)PAE_INF), quiet = _mm512_set1_epi32((int)PAE_QUIET);
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i b = _mm512_loadu_si512((const void *)(src + i));
+        __m512i even = _mm512_and_si512(_mm512_srli_epi32(b, 16), one);
+        __m512i rounded = _mm512_and_si512(_mm512_add_epi32(b, _mm512_add_epi32(half, even)), keep);
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, abs), inf);
+        __m512i quieted = _mm512_and_si512(_mm512_or_si512(b, quiet), keep);
+        _mm512_storeu_si512((void *)(dst + i), _mm512_mask_blend_epi32(nan, rounded, quieted));
+    }
+    round_bf16_scalar(src, dst, i, n);
+}
+
 __attribute__((target("avx2")))
 static int all_finite_avx2(const float *src, int64_t n) {
     const __m256i inf = _mm256_set1_epi32((int)PAE_INF);
@@ -105,6 +139,8 @@ static int all_finite_avx2(const float *src, int64_t n) {
 
 static int supported = -1;
 static int has_avx2 = -1;
+static int has_avx512 = -1;
+static int width_cap = 512;
 
 static int avx2(void) {
     if (has_avx2 < 0) {
@@ -112,6 +148,14 @@ static int avx2(void) {
         has_avx2 = __builtin_cpu_supports("avx2");
     }
     return has_avx2;
+}
+
+static int avx512(void) {
+    if (has_avx512 < 0) {
+        __builtin_cpu_init();
+        has_avx512 = __builtin_cpu_supports("avx512f");  /* libgcc checks the OS saves the state */
+    }
+    return has_avx512 && width_cap >= 512;
 }
 
 int pae_fp16_supported(void) {
@@ -125,15 +169,26 @@ int pae_fp16_supported(void) {
 /* Returns 0, or -1 where this CPU has no F16C (nothing written). */
 int pae_round_fp16(const float *src, float *dst, int64_t n) {
     if (supported <= 0 && !pae_fp16_supported()) return -1;
-    round_f16c(src, dst, n);
+    if (avx512()) round_f16c_avx512(src, dst, n);
+    else round_f16c(src, dst, n);
     return 0;
 }
 
 /* Returns 0 (every CPU can). */
 int pae_round_bf16(const float *src, float *dst, int64_t n) {
-    if (avx2()) round_bf16_avx2(src, dst, n);
+    if (avx512()) round_bf16_avx512(src, dst, n);
+    else if (avx2() && width_cap >= 256) round_bf16_avx2(src, dst, n);
     else round_bf16_scalar(src, dst, 0, n);
     return 0;
+}
+
+/* Caps the vector width the roundings use at limit bits (512, 256, or 128: plain C for
+ * bfloat16, F16C's 8-wide conversion for float16) when limit > 0, for this process; returns the
+ * widest the bfloat16 rounding uses now. */
+int pae_vector_bits(int limit) {
+    if (limit > 0) width_cap = limit;
+    if (avx512()) return 512;
+    return avx2() && width_cap >= 256 ? 256 : 128;
 }
 
 /* Returns 1 when none of the n values is inf or nan, else 0. */
@@ -156,5 +211,10 @@ int pae_round_bf16(const float *src, float *dst, int64_t n) {
 }
 
 int pae_all_finite(const float *src, int64_t n) { return all_finite_scalar(src, 0, n); }
+
+int pae_vector_bits(int limit) {
+    (void)limit;
+    return 128;
+}
 
 #endif

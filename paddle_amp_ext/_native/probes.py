@@ -32,12 +32,22 @@ def bf16_probe() -> Probe:
     return inputs, expected
 
 
+#: How long the repeated probe is: four 16-value vectors and a tail, so that every value of a
+#: probe meets the vector loops in several lanes and the scalar tail too.
+TILED = 4 * 16 + 5
+
+
 def wrong_answer(rounder: Callable[[int, int, int], int], probe: Probe) -> str:
-    """'' when ``rounder`` rounds the probe's values to its expected ones, else what it gave."""
+    """'' when ``rounder`` rounds the probe's values to its expected ones, alone and repeated to
+    :data:`TILED` values, else what it gave."""
     values, expected = probe
-    buffer = (ctypes.c_float * len(values))(*values)
-    rounder(ctypes.addressof(buffer), ctypes.addressof(buffer), len(values))
-    return "" if list(buffer) == expected else f"{list(buffer)} != {expected}"
+    repeat = -(-TILED // len(values))
+    for given, wanted in ((values, expected), ((values * repeat)[:TILED], (expected * repeat)[:TILED])):
+        buffer = (ctypes.c_float * len(given))(*given)
+        rounder(ctypes.addressof(buffer), ctypes.addressof(buffer), len(given))
+        if list(buffer) != wanted:
+            return f"{list(buffer)} != {wanted}"
+    return ""
 
 
 def wrong_finite_answer(scan: Callable[[int, int], int]) -> str:

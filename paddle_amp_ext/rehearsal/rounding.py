@@ -28,6 +28,7 @@ import paddle
 
 from .._compat import kernels
 from .._compat.kernels import round_to_bfloat16, round_to_float16, rounds_in_place
+from .._native import vector_bits
 
 #: dtype -> (Veltkamp split factor 2**(24 - p) + 1 for p significand bits, smallest normal,
 #: magic constant whose float32 ulp is the subnormal quantum, overflow threshold: the midpoint
@@ -170,8 +171,9 @@ def round_trip(x: paddle.Tensor, dtype: str = "float16", in_place: bool = False)
 
 def kernel(dtype: str = "float16") -> str:
     """Which kernel rounds large ``dtype`` tensors in this process, in words (for reports)."""
+    width = {512: " (AVX-512)", 256: "", 128: ""}.get(vector_bits() or 0, "")
     if dtype == "float16":
-        return "F16C kernel" if kernels.fp16_rounder() is not None else "Paddle kernels"
+        return "F16C kernel" + width if kernels.fp16_rounder() is not None else "Paddle kernels"
     if kernels.bf16_rounder() is not None:
-        return "bf16 kernel"
+        return "bf16 kernel" + width
     return "Paddle cast" if cast_is_exact(dtype) else "Paddle arithmetic"
