@@ -214,3 +214,69 @@ def test_rehearse_without_a_model_rounds_ops_and_turns_the_scaler_on():
     with pytest.raises(ValueError, match="rehearse dtype must be one of"):
         with amp.rehearse("fp16"):
             pass
+
+
+def test_auto_cast_inside_a_rehearsal_at_its_level_rounds_by_its_lists_without_paddles_guard(monkeypatch):
+    """``auto_cast()`` without lists, at the rehearsal's level: the rehearsal's lists go on
+    deciding (and a black list it was given still holds) while Paddle's guard is not entered (the
+    tracer stays at O0 as in every rehearsal); another level, custom lists, or a master-gradient
+    hook Paddle would register enter it."""
+    from paddle.amp.auto_cast import amp_global_state
+
+    from paddle_amp_ext import _compat, autocast
+
+    entered = []
+    real = _compat.paddle_auto_cast
+    monkeypatch.setattr(autocast._compat, "paddle_auto_cast", lambda **kw: entered.append(kw) or real(**kw))
+    big = square_matrix(BIG)
+    with amp.rehearse(custom_black_list=["matmul"]):
+        del entered[:]
+        with amp.auto_cast():
+            assert np.isfinite(paddle.matmul(big, big).numpy()).all()
+        assert entered == []
+    with amp.rehearse():
+        entered.clear()  # what the rehearsal entered itself
+        with amp.auto_cast():
+            assert np.isposinf(paddle.matmul(big, big).numpy()).all()
+            assert _compat.tracer_amp_level() == "O0"
+        assert entered == []
+        with amp.auto_cast(level="O2"):
+            pass
+        with amp.auto_cast(custom_black_list=["matmul"]):
+            assert np.isfinite(paddle.matmul(big, big).numpy()).all()
+        assert "O2" in [kw["level"] for kw in entered]
+        assert "matmul_v2" in entered[-1]["custom_black_list"] and entered[-1]["level"] == "O1"
+        state, before = amp_global_state(), len(entered)
+        monkeypatch.setattr(state, "use_master_grad", True, raising=False)
+        monkeypatch.setattr(state, "already_register_final_backward_hook", True, raising=False)
+        with amp.auto_cast():  # the hook is registered already: nothing to do
+            pass
+        assert len(entered) == before
+        monkeypatch.setattr(state, "already_register_final_backward_hook", False, raising=False)
+        assert _compat.master_grad_hook_due()
+        monkeypatch.setattr(autocast._compat, "master_grad_hook_due", lambda: True)
+        with amp.auto_cast():
+            assert np.isposinf(paddle.matmul(big, big).numpy()).all()
+        assert len(entered) == before + 1 and not entered[-1]["enable"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int64", "bool", "uint8"])
+def test_the_fast_float32_test_agrees_with_paddles_dtype(dtype):
+    from paddle_amp_ext._compat.tensors import is_float32
+
+    tensor = paddle.zeros([2], dtype=dtype)
+    assert is_float32(tensor) == (tensor.dtype == paddle.float32) == (dtype == "float32")
+    assert is_float32(paddle.create_parameter([2], "float32"))
+
+
+def test_a_grad_hook_added_directly_runs_and_may_replace_the_gradient():
+    from paddle_amp_ext._compat.tensors import add_grad_hook
+
+    x = paddle.ones([3])
+    x.stop_gradient = False
+    y = x * 2.0
+    seen = []
+    add_grad_hook(y, lambda g: seen.append(g.numpy().copy()) or g * 10.0)
+    y.sum().backward()
+    np.testing.assert_array_equal(seen[0], np.ones(3, np.float32))
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(3, 20.0, np.float32))

@@ -18,10 +18,12 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
   ``~/.cache/paddle_amp_ext``; failing that in a private temporary folder removed after
   loading);
 - a library that does not round a probe exactly as numpy does (float16) or as the bfloat16
-  values written out in :func:`.probes.bf16_probe` say.
+  values written out in :func:`.probes.bf16_probe` say, at every vector width it has code for
+  (:data:`WIDTHS`).
 
 The bfloat16 kernel (integer round-to-nearest-even on the bit pattern, AVX2 where the CPU has it)
-is built and loaded with the float16 one, from the same file, under the same conditions.
+is built and loaded with the float16 one, from the same file, under the same conditions. Both
+use AVX-512F where the CPU and the OS have it (:func:`vector_bits`).
 
 A cached library is loaded only after :mod:`.trust` has checked it: a folder and file nobody but
 this user could have written (a cache folder others can write is not even looked into: the
