@@ -261,12 +261,14 @@ def test_auto_cast_inside_a_rehearsal_at_its_level_rounds_by_its_lists_without_p
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int64", "bool", "uint8"])
-def test_the_fast_float32_test_agrees_with_paddles_dtype(dtype):
-    from paddle_amp_ext._compat.tensors import is_float32
+def test_the_fast_float32_test_agrees_with_paddles_dtype(dtype, monkeypatch):
+    from paddle_amp_ext._compat import tensors
 
     tensor = paddle.zeros([2], dtype=dtype)
-    assert is_float32(tensor) == (tensor.dtype == paddle.float32) == (dtype == "float32")
-    assert is_float32(paddle.create_parameter([2], "float32"))
+    assert tensors.is_float32(tensor) == (tensor.dtype == paddle.float32) == (dtype == "float32")
+    assert tensors.is_float32(paddle.create_parameter([2], "float32"))
+    monkeypatch.setattr(tensors, "_FLOAT32_VALUE", None)  # a Paddle whose dtypes have no value
+    assert tensors.is_float32(tensor) == (dtype == "float32")
 
 
 def test_a_grad_hook_added_directly_runs_and_may_replace_the_gradient():

@@ -19,14 +19,18 @@ from typing import Any, Callable
 import paddle
 
 _FLOAT32 = paddle.float32
-_FLOAT32_VALUE = _FLOAT32.value
+_FLOAT32_VALUE = getattr(_FLOAT32, "value", None)  # a dtype without one: compared with ==
 _DTYPE = type(_FLOAT32)
 
 
 def is_float32(tensor: Any) -> bool:
     """Whether ``tensor`` (a ``paddle.Tensor``) holds float32 values."""
     dtype = tensor.dtype
-    return dtype is _FLOAT32 or (type(dtype) is _DTYPE and dtype.value == _FLOAT32_VALUE)
+    if dtype is _FLOAT32:
+        return True
+    if _FLOAT32_VALUE is None:
+        return bool(dtype == _FLOAT32)
+    return type(dtype) is _DTYPE and dtype.value == _FLOAT32_VALUE
 
 
 def add_grad_hook(tensor: paddle.Tensor, hook: Callable[[paddle.Tensor], Any]) -> None:
