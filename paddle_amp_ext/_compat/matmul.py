@@ -35,13 +35,22 @@ def matmul(x: paddle.Tensor, y: paddle.Tensor, transpose_x: bool = False, transp
     return _C.matmul(x, y, transpose_x, transpose_y)
 
 
+def input_grad(grad: paddle.Tensor, weight: paddle.Tensor) -> paddle.Tensor:
+    """``grad @ weight^T``: the gradient of ``x`` in ``x @ weight`` for the output gradient ``grad``."""
+    return matmul(grad, weight, False, True)
+
+
+def weight_grad(x: paddle.Tensor, grad: paddle.Tensor) -> paddle.Tensor:
+    """``rows(x)^T @ rows(grad)``: the gradient of a 2-D ``weight`` in ``x @ weight``."""
+    return matmul(rows(x), rows(grad), True, False)
+
+
 def matmul_grads(x: paddle.Tensor, weight: paddle.Tensor, grad: paddle.Tensor) -> Tuple[paddle.Tensor, paddle.Tensor]:
-    """``(grad @ weight^T, rows(x)^T @ rows(grad))``: both gradients of ``x @ weight`` (``weight``
-    2-D) for the output gradient ``grad``, by one ``matmul_grad`` kernel call where Paddle has it
-    and ``x`` is contiguous, else by two ``matmul`` calls."""
+    """``(input_grad(grad, weight), weight_grad(x, grad))`` by one ``matmul_grad`` kernel call where
+    Paddle has it and ``x`` is contiguous, else by the two."""
     if _MATMUL_GRAD is not None and x.is_contiguous():
         return _MATMUL_GRAD(x, weight, grad, False, False)
-    return matmul(grad, weight, False, True), matmul(rows(x), rows(grad), True, False)
+    return input_grad(grad, weight), weight_grad(x, grad)
 
 
 def rows(x: paddle.Tensor) -> paddle.Tensor:

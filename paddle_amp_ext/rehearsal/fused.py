@@ -133,11 +133,11 @@ class _Linear(paddle.autograd.PyLayer):
         grad = rounding.rounded(grad, lease)
         need_x, need_weight, need_bias = ctx.needs
         if need_x and need_weight:
-            grads = [rounding.own(g) for g in matmul.matmul_grads(x, weight, grad)]
+            both = matmul.matmul_grads(x, weight, grad)
         else:
-            grads = [rounding.own(matmul.matmul(grad, weight, False, True)) if need_x else None,
-                     rounding.own(matmul.matmul(matmul.rows(x), matmul.rows(grad), True, False))
-                     if need_weight else None]
+            both = (matmul.input_grad(grad, weight) if need_x else None,
+                    matmul.weight_grad(x, grad) if need_weight else None)
+        grads = [None if g is None else rounding.own(g) for g in both]
         if need_bias is not None:
             grads.append(bias_grad if bias_grad is not None or not need_bias else rounding.own(matmul.sum_rows(grad)))
         lease.release()  # every gradient is a new tensor: the rounded one is read no more
