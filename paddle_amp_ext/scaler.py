@@ -78,8 +78,12 @@ class GradScaler(PaddleGradScaler):
 
     Args:
         enable: True, False, or ``"auto"`` (on exactly when the gate picks float16).
-        init_loss_scaling, incr_ratio, decr_ratio, incr_every_n_steps,
-        decr_every_n_nan_or_inf, use_dynamic_loss_scaling: as in Paddle.
+        init_loss_scaling: the first loss scale, as in Paddle (default 2**15).
+        incr_ratio: the factor the scale grows by, as in Paddle.
+        decr_ratio: the factor the scale shrinks by after an overflow, as in Paddle.
+        incr_every_n_steps: finite steps in a row before the scale grows, as in Paddle.
+        decr_every_n_nan_or_inf: overflowing steps before the scale shrinks, as in Paddle.
+        use_dynamic_loss_scaling: change the scale at all, as in Paddle.
         min_loss_scaling: the scale never drops below this (default 1.0: below 1 a scale only
             flushes more fp16 gradients to zero; Paddle has no bound).
         max_loss_scaling: the scale never grows above this (default: the largest float32,
