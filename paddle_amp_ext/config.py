@@ -91,16 +91,22 @@ class AmpConfig:
         custom_black_list: Op names to keep in float32.
         fp32_layers: Sublayer names (``"head"``, ``"encoder.norm"``) or layer class names
             (``"LayerNorm"``) to keep in float32 (see :func:`paddle_amp_ext.keep_fp32`).
-        init_loss_scaling, incr_ratio, decr_ratio, incr_every_n_steps, decr_every_n_nan_or_inf,
-        use_dynamic_loss_scaling: as in ``paddle.amp.GradScaler``.
-        min_loss_scaling, max_loss_scaling: bounds of the dynamic loss scale.
+        init_loss_scaling: The first loss scale, as in ``paddle.amp.GradScaler`` (default 2**15).
+        incr_ratio: The factor the scale grows by, as in ``paddle.amp.GradScaler``.
+        decr_ratio: The factor the scale shrinks by after an overflow, as in ``paddle.amp.GradScaler``.
+        incr_every_n_steps: Finite steps in a row before the scale grows, as in ``paddle.amp.GradScaler``.
+        decr_every_n_nan_or_inf: Overflowing steps before the scale shrinks, as in ``paddle.amp.GradScaler``.
+        use_dynamic_loss_scaling: Change the scale at all, as in ``paddle.amp.GradScaler``.
+        min_loss_scaling: The lower bound of the dynamic loss scale (default 1.0).
+        max_loss_scaling: The upper bound of the dynamic loss scale (default float32's largest value).
         hysteresis: ``"consecutive"`` (Paddle's rule: a finite step resets the inf counter) or
             ``"cumulative"`` (inf steps count until the scale changes).
         max_consecutive_skips: After this many skipped steps in a row, ``on_collapse`` applies.
         on_collapse: ``"warn"`` or ``"raise"`` (``AmpOverflowError``).
 
     Raises:
-        TypeError, ValueError: a value of the wrong type or out of range, naming it and the fix.
+        TypeError: a value of the wrong type, naming it and the fix.
+        ValueError: a value out of range, an unknown op name or choice, naming it and the fix.
     """
 
     enable: bool = True

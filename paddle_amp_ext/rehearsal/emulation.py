@@ -134,9 +134,12 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
             what it was), except that a ``decorate(level="O2")`` made inside leaves its
             parameters rounded, as the cast to fp16 would.
         dtype: ``"float16"`` or ``"bfloat16"``.
-        level, custom_white_list, custom_black_list, use_promote, config: as for ``auto_cast``;
-            an ``auto_cast`` entered inside with other lists or another level takes over for
-            its block, as on a GPU.
+        level: as for :func:`paddle_amp_ext.auto_cast`; an ``auto_cast`` entered inside with
+            other lists or another level takes over for its block, as on a GPU.
+        custom_white_list: as for :func:`paddle_amp_ext.auto_cast`.
+        custom_black_list: as for :func:`paddle_amp_ext.auto_cast`.
+        use_promote: as for :func:`paddle_amp_ext.auto_cast`.
+        config: an :class:`paddle_amp_ext.AmpConfig` supplying dtype, level and the lists.
 
     The rehearsal belongs to the thread that enters it: a GradScaler in another thread does not
     see it. Paddle's global AMP dtype (which Paddle's own scaler reads) is process-wide: set to
