@@ -24,8 +24,13 @@ class VisualDLCallback(paddle.callbacks.Callback):
     ``fit`` (a second ``fit`` goes on in the same run) and closed when the callback is
     garbage-collected, at exit or by :meth:`close`.
 
-    Args: as :class:`VisualDLHook`'s ``logdir``, ``flush_every``, ``flush_secs``, ``all_ranks``
-        and ``run_name``.
+    Args:
+        logdir: the folder the callback writes its own run directory in, as for :class:`VisualDLHook`.
+        flush_every: write after this many steps at the latest.
+        flush_secs: write after this many seconds at the latest (checked when a step is logged).
+        all_ranks: log on every rank (``RUN/rankN``), not only rank 0.
+        run_name: the run directory's name (``''`` for ``logdir`` itself); default a new
+            timestamped one.
 
     Example:
         >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
