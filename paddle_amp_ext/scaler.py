@@ -65,7 +65,7 @@ def _covers_every_grad(params: List[paddle.Tensor], clip: Any) -> bool:
 class GradScaler(PaddleGradScaler):
     """Drop-in ``paddle.amp.GradScaler`` (Paddle's arguments and defaults) with more keywords.
 
-    Where it differs from Paddle's scaler on purpose (README: "Where it differs from
+    Where it differs from Paddle's scaler on purpose (docs/differences.md, "Where it differs from
     paddle.amp, and why"): the scale is bounded to ``[min_loss_scaling, max_loss_scaling]``
     (Paddle's is unbounded: it can fall to 1e-30 or grow to inf and stay there); ``state_dict()``
     is never empty and ``load_state_dict`` also loads while loss scaling is off (Paddle's returns
