@@ -45,11 +45,23 @@ class VisualDLCallback(paddle.callbacks.Callback):
         self._skips: Any = None  # skipped steps so far, for Paddle's own scaler (a device value)
 
     def on_train_batch_begin(self, step: int, logs: Optional[dict] = None) -> None:
+        """hapi's hook before a batch: ask this package's scaler, once built, to record the norm.
+
+        Args:
+            step: hapi's batch index.
+            logs: hapi's logs (unused).
+        """
         scaler = _compat.hapi_scaler(self.model)
         if isinstance(scaler, GradScaler):  # hapi builds it during the first batch
             scaler.record_grad_norm = True
 
     def on_train_batch_end(self, step: int, logs: Optional[dict] = None) -> None:
+        """hapi's hook after a batch: log its loss, the loss scale and the skip count (no host read).
+
+        Args:
+            step: hapi's batch index.
+            logs: hapi's logs, holding ``loss``.
+        """
         if self._out is None or self._out.closed:
             return
         rows: List[Row] = []
@@ -88,6 +100,11 @@ class VisualDLCallback(paddle.callbacks.Callback):
         return rows
 
     def on_train_end(self, logs: Optional[dict] = None) -> None:
+        """hapi's hook after ``fit``: write what is buffered (one device-to-host read).
+
+        Args:
+            logs: hapi's logs (unused).
+        """
         if self._out is not None:
             self._out.flush()
 
