@@ -91,7 +91,7 @@ class AmpConfig:
         custom_black_list: Op names to keep in float32.
         fp32_layers: Sublayer names (``"head"``, ``"encoder.norm"``) or layer class names
             (``"LayerNorm"``) to keep in float32 (see :func:`paddle_amp_ext.keep_fp32`).
-        init_loss_scaling: The first loss scale, as in ``paddle.amp.GradScaler`` (default 2**15).
+        init_loss_scaling: The first loss scale, as in ``paddle.amp.GradScaler`` (default 2**16).
         incr_ratio: The factor the scale grows by, as in ``paddle.amp.GradScaler``.
         decr_ratio: The factor the scale shrinks by after an overflow, as in ``paddle.amp.GradScaler``.
         incr_every_n_steps: Finite steps in a row before the scale grows, as in ``paddle.amp.GradScaler``.
