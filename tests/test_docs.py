@@ -114,3 +114,35 @@ def test_the_readme_links_and_the_nav_point_at_pages_that_exist():
 def test_the_changelog_page_includes_the_changelog_and_does_not_copy_it():
     page = (DOCS / "changelog.md").read_text(encoding="utf-8")
     assert page.strip() == '--8<-- "CHANGELOG.md"'
+
+
+def _hook(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"docs_hook_{name}", DOCS / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_hook_fails_the_build_when_the_parsers_cannot_be_built(monkeypatch):
+    cli = _hook("cli")
+    monkeypatch.setenv("PADDLE_AMP_EXT_DOCS_PYTHON", "/bin/false")
+    with pytest.raises(RuntimeError, match=r"building the CLI parsers with /bin/false failed \(exit 1\)"):
+        cli.render("check")
+
+
+def test_the_skip_marker_becomes_a_note_on_the_page():
+    examples = _hook("examples")
+    page = "intro\n<!-- skip: needs a GPU -->\n```python\nx\n```\n"
+    assert examples.on_page_markdown(page, None, None, None) == (
+        "intro\n*Not run by the docs' tests: needs a GPU.*\n\n```python\nx\n```\n")
+
+
+def test_the_sphinx_roles_become_optional_references():
+    roles = _hook("roles")
+    html = "see :func:<code>keep_fp32</code> and :class:<code>~paddle_amp_ext.AmpConfig</code>, :meth:<code>x()</code>"
+    assert roles.on_page_content(html, None, None, None) == (
+        'see <autoref identifier="paddle_amp_ext.keep_fp32" optional><code>keep_fp32</code></autoref> and '
+        '<autoref identifier="paddle_amp_ext.AmpConfig" optional><code>AmpConfig</code></autoref>, '
+        '<autoref identifier="paddle_amp_ext.x" optional><code>x()</code></autoref>')

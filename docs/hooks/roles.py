@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 
-ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):<code>~?\.?([\w.]+)(\(\))?</code>")
+ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):<code>(~?)\.?([\w.]+)(\(\))?</code>")
 
 
 def _reference(match: re.Match) -> str:
-    name = match.group(1)
+    short, name, call = match.group(1), match.group(2), match.group(3) or ""
     identifier = name if name.startswith("paddle_amp_ext") else f"paddle_amp_ext.{name}"
-    return f'<autoref identifier="{identifier}" optional><code>{name}{match.group(2) or ""}</code></autoref>'
+    shown = name.rsplit(".", 1)[-1] if short else name  # Sphinx's ~: the last component only
+    return f'<autoref identifier="{identifier}" optional><code>{shown}{call}</code></autoref>'
 
 
 def on_page_content(html: str, page, config, files) -> str:
