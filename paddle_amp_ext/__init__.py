@@ -1,7 +1,7 @@
 """paddle-amp-ext: safe, visible mixed precision for PaddlePaddle.
 
 A drop-in for ``paddle.amp``: ``import paddle_amp_ext as amp`` and use ``amp.auto_cast``,
-``amp.GradScaler`` and ``amp.decorate`` as before; see the README for what they add.
+``amp.GradScaler`` and ``amp.decorate`` as before; docs/differences.md lists what they add.
 """
 
 from __future__ import annotations

@@ -156,16 +156,28 @@ def auto_cast(
     """``paddle.amp.auto_cast`` with validated op lists and the compute-capability gate.
 
     Args:
-        enable, custom_white_list, custom_black_list, level, use_promote: as in Paddle.
+        enable: turn AMP on (as in Paddle; a bool: a string such as ``"false"`` is a ``TypeError``).
+        custom_white_list: op names to run in low precision, API names accepted (``matmul`` is
+            looked up as ``matmul_v2``); validated against the installed Paddle's op registry.
+        custom_black_list: op names to keep in float32, validated the same way.
+        level: ``"O1"`` (cast by the op lists), ``"O2"`` (all but the black list), ``"OD"`` or
+            ``"O0"``, as in Paddle.
         dtype: ``"float16"``, ``"bfloat16"`` or ``"auto"`` (bfloat16 on CC >= 8.0, float16 on
             7.x, float32 elsewhere, with the reason logged once).
+        use_promote: as in Paddle: an op with a float32 input runs in float32 at O2.
         config: an :class:`AmpConfig` supplying enable, lists, level and dtype.
         strict: raise ``AmpUnsupportedError`` instead of falling back to float32.
+
+    Returns:
+        A context manager; inside it, eager ops run in the precision chosen. Entering it costs no
+        device-to-host sync.
 
     Raises:
         ValueError: an unknown op name (with the closest real names), an op in both lists, or a
             ``level`` Paddle does not know (checked here, at the call).
-        TypeError: a list that is not an iterable of str, or a ``level`` that is not a str.
+        TypeError: a list that is not an iterable of str, a ``level`` that is not a str, or an
+            ``enable`` that is not a bool.
+        AmpUnsupportedError: with ``strict=True``, when the requested dtype cannot run here.
 
     Example:
         >>> with auto_cast(custom_white_list=["matmul"]):  # doctest: +SKIP
@@ -247,6 +259,26 @@ def decorate(
     Layers marked by :func:`keep_fp32` or named in ``config.fp32_layers`` join
     ``excluded_layers`` in O2. Where the gate says float32 (no GPU, CC < 7.0, or under
     fp16 emulation) the models are returned unconverted, with the reason logged once.
+
+    Args:
+        models: a ``paddle.nn.Layer`` or a list of them.
+        optimizers: an optimizer or a list of them, or None.
+        level: ``"O1"`` (parameters left as they are) or ``"O2"`` (cast to low precision).
+        dtype: ``"float16"``, ``"bfloat16"`` or ``"auto"`` (the gate's choice).
+        master_weight: keep float32 master weights in the optimizers at O2 (Paddle's default: yes).
+        save_dtype: the dtype ``paddle.save`` writes the parameters in; checked here on every
+            device (Paddle checks it only where AMP runs).
+        master_grad: keep float32 master gradients at O2, as in Paddle.
+        excluded_layers: layers (or layer types) left in float32 at O2, as in Paddle.
+        config: an :class:`AmpConfig` supplying level, dtype and ``fp32_layers``.
+
+    Returns:
+        ``models`` when ``optimizers`` is None, else ``(models, optimizers)``, converted where AMP
+        runs and unconverted elsewhere.
+
+    Raises:
+        ValueError: a ``level``, ``dtype`` or ``save_dtype`` Paddle does not accept, or an
+            ``fp32_layers`` name that matches no sublayer.
     """
     enable = True
     if config is not None:
@@ -313,10 +345,24 @@ def _check_decorate_args(level: Any, dtype: Any, save_dtype: Any) -> None:
 
 
 def is_float16_supported(device: str | None = None) -> bool:
-    """``paddle.amp.is_float16_supported``; see :func:`paddle_amp_ext.decide` for whether it pays."""
+    """``paddle.amp.is_float16_supported``; see :func:`paddle_amp_ext.decide` for whether it pays.
+
+    Args:
+        device: a Paddle device string such as ``"gpu:0"``; None for the current device.
+
+    Returns:
+        Whether the device has float16 kernels (Paddle's answer).
+    """
     return bool(paddle.amp.is_float16_supported(device))
 
 
 def is_bfloat16_supported(device: str | None = None) -> bool:
-    """``paddle.amp.is_bfloat16_supported``."""
+    """``paddle.amp.is_bfloat16_supported``.
+
+    Args:
+        device: a Paddle device string such as ``"gpu:0"``; None for the current device.
+
+    Returns:
+        Whether the device has bfloat16 kernels (Paddle's answer).
+    """
     return bool(paddle.amp.is_bfloat16_supported(device))

@@ -91,16 +91,22 @@ class AmpConfig:
         custom_black_list: Op names to keep in float32.
         fp32_layers: Sublayer names (``"head"``, ``"encoder.norm"``) or layer class names
             (``"LayerNorm"``) to keep in float32 (see :func:`paddle_amp_ext.keep_fp32`).
-        init_loss_scaling, incr_ratio, decr_ratio, incr_every_n_steps, decr_every_n_nan_or_inf,
-        use_dynamic_loss_scaling: as in ``paddle.amp.GradScaler``.
-        min_loss_scaling, max_loss_scaling: bounds of the dynamic loss scale.
+        init_loss_scaling: The first loss scale, as in ``paddle.amp.GradScaler`` (default 2**16).
+        incr_ratio: The factor the scale grows by, as in ``paddle.amp.GradScaler``.
+        decr_ratio: The factor the scale shrinks by after an overflow, as in ``paddle.amp.GradScaler``.
+        incr_every_n_steps: Finite steps in a row before the scale grows, as in ``paddle.amp.GradScaler``.
+        decr_every_n_nan_or_inf: Overflowing steps before the scale shrinks, as in ``paddle.amp.GradScaler``.
+        use_dynamic_loss_scaling: Change the scale at all, as in ``paddle.amp.GradScaler``.
+        min_loss_scaling: The lower bound of the dynamic loss scale (default 1.0).
+        max_loss_scaling: The upper bound of the dynamic loss scale (default float32's largest value).
         hysteresis: ``"consecutive"`` (Paddle's rule: a finite step resets the inf counter) or
             ``"cumulative"`` (inf steps count until the scale changes).
         max_consecutive_skips: After this many skipped steps in a row, ``on_collapse`` applies.
         on_collapse: ``"warn"`` or ``"raise"`` (``AmpOverflowError``).
 
     Raises:
-        TypeError, ValueError: a value of the wrong type or out of range, naming it and the fix.
+        TypeError: a value of the wrong type, naming it and the fix.
+        ValueError: a value out of range, an unknown op name or choice, naming it and the fix.
     """
 
     enable: bool = True
@@ -172,7 +178,11 @@ class AmpConfig:
 
     # ------------------------------------------------------------------ conversions
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict (lists for op names); ``from_dict`` of it gives an equal config."""
+        """A plain dict of every setting; ``from_dict`` of it gives an equal config.
+
+        Returns:
+            ``{setting: value}``, op names as lists.
+        """
         out: dict[str, Any] = {}
         for f in _settings():
             value = getattr(self, f.name)
@@ -181,7 +191,18 @@ class AmpConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AmpConfig:
-        """Build from a mapping; unknown keys are an error with the closest real key."""
+        """Build from a mapping of settings; the keys it holds become :attr:`given`.
+
+        Args:
+            data: ``{setting: value}``, e.g. from ``to_dict()`` or a parsed TOML/JSON file.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            TypeError: ``data`` is not a mapping, or a value has the wrong type.
+            ValueError: an unknown key (with the closest real key) or a bad value.
+        """
         if not isinstance(data, Mapping):
             raise TypeError(f"AmpConfig.from_dict expects a mapping. Received: {_describe(data)}")
         known = [f.name for f in _settings()]
@@ -195,6 +216,11 @@ class AmpConfig:
         return config
 
     def to_json(self) -> str:
+        """JSON text of :meth:`to_dict`, which ``from_file`` reads back as an equal config.
+
+        Returns:
+            The JSON document, indented, with a final newline.
+        """
         return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
 
     def to_toml(self, keys: Optional[Iterable[str]] = None) -> str:
@@ -202,6 +228,9 @@ class AmpConfig:
 
         Args:
             keys: only these settings (``config.given``: the ones the config sets), else all.
+
+        Returns:
+            The TOML document, one ``key = value`` line per setting.
         """
         only = None if keys is None else set(keys)
         lines = []
@@ -216,7 +245,13 @@ class AmpConfig:
         """Read a ``.toml`` or ``.json`` file (settings at top level or under ``[amp]``).
 
         The file is checked before it is read: a device (``/dev/zero``), a named pipe or a
-        directory, or a file over 1 MiB (:data:`configfile.MAX_BYTES`), is refused.
+        directory, or a file over 1 MiB (``configfile.MAX_BYTES``), is refused.
+
+        Args:
+            path: a ``.toml`` or ``.json`` file.
+
+        Returns:
+            The validated config; :attr:`given` holds the keys the file sets.
 
         Raises:
             FileNotFoundError: no such file.
@@ -232,7 +267,18 @@ class AmpConfig:
 
     # ------------------------------------------------------------------ derived values
     def replace(self, **changes: Any) -> AmpConfig:
-        """A copy with ``changes`` applied (validated); its :attr:`given` adds the changed keys."""
+        """A copy with ``changes`` applied (validated); its :attr:`given` adds the changed keys.
+
+        Args:
+            **changes: settings and their new values.
+
+        Returns:
+            The new config (this one is frozen and unchanged).
+
+        Raises:
+            TypeError: an unknown setting or a value of the wrong type.
+            ValueError: a value out of range.
+        """
         config = dataclasses.replace(self, **changes)
         object.__setattr__(config, "_given", self._given | config._given | frozenset(changes))
         return config

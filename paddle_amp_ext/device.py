@@ -75,6 +75,11 @@ def probe_report() -> ProbeReport:
 def probe() -> list[DeviceInfo]:
     """The visible GPUs (empty on a CPU build, without a GPU, or on XPU/custom devices).
 
+    Never raises: a device Paddle cannot describe is left out (``check`` reports why).
+
+    Returns:
+        One :class:`DeviceInfo` per visible CUDA GPU, in Paddle's order.
+
     Example:
         >>> probe()  # on a CPU machine
         []

@@ -36,6 +36,7 @@ class StepResult:
 
     @property
     def stepped(self) -> bool:
+        """Whether the optimizer stepped (``not skipped``)."""
         return not self.skipped
 
 

@@ -74,7 +74,16 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class AmpDecision:
-    """What AMP will do: ``dtype`` is ``float16``, ``bfloat16`` or ``float32`` (AMP off)."""
+    """What AMP will do: ``dtype`` is ``float16``, ``bfloat16`` or ``float32`` (AMP off).
+
+    Attributes:
+        enabled: whether AMP runs (False: float32).
+        dtype: ``"float16"``, ``"bfloat16"`` or ``"float32"``.
+        use_loss_scaling: whether the GradScaler scales the loss (float16 only).
+        reason: one sentence naming the device, its compute capability and the rule applied.
+        requested: what was asked for (``"auto"``, ``"float16"``, ...).
+        fallback: an explicit request fell back to float32.
+    """
 
     enabled: bool
     dtype: str
@@ -84,6 +93,7 @@ class AmpDecision:
     fallback: bool = False
 
     def to_dict(self) -> dict:
+        """The decision for ``check --json``: ``enabled``, ``dtype``, ``use_loss_scaling``, ``reason``."""
         return {
             "enabled": self.enabled,
             "dtype": self.dtype,

@@ -118,8 +118,11 @@ class OptimizerGuard:
         return self._wrapper is not None
 
     def remove(self) -> None:
-        """Restore the optimizer's own method (idempotent). Where something else replaced the
-        method after the guard, the guard's call stays in place but only passes through."""
+        """Restore the optimizer's own method (idempotent).
+
+        Where something else replaced the method after the guard, the guard's call stays in
+        place but only passes through.
+        """
         if self._wrapper is None:
             return
         if vars(self._optimizer).get(self._name) is self._wrapper:
@@ -137,10 +140,28 @@ class OptimizerGuard:
 
     # ------------------------------------------------------------------ hooks and counts
     def add_hook(self, hook: Any) -> Any:
-        """Register ``hook`` (``on_step(event)``, optional ``on_overflow``), as for the scaler; returns it."""
+        """Register ``hook``, told after every guarded step, as for the scaler.
+
+        Args:
+            hook: an object with ``on_step(event)`` (optional ``on_overflow(event)``), or a callable.
+
+        Returns:
+            ``hook``.
+
+        Raises:
+            TypeError: ``hook`` has no ``on_step`` and is not callable.
+        """
         return self._scaler.add_hook(hook)
 
     def remove_hook(self, hook: Any) -> None:
+        """Unregister ``hook`` (it is not closed).
+
+        Args:
+            hook: a registered hook.
+
+        Raises:
+            ValueError: ``hook`` is not registered.
+        """
         self._scaler.remove_hook(hook)
 
     @property
@@ -148,14 +169,27 @@ class OptimizerGuard:
         return self._scaler.hooks
 
     def record_loss(self, loss: paddle.Tensor) -> paddle.Tensor:
-        """Give the hooks this step's loss (summed until the next guarded step); returns ``loss``.
+        """Give the hooks this step's loss (summed until the next guarded step).
 
         Only kept while hooks are registered; stays on the device (no sync).
+
+        Args:
+            loss: the step's loss.
+
+        Returns:
+            ``loss`` itself (no loss scaling here), so it can wrap the expression.
         """
         return self._scaler.scale(loss)
 
     def step_scheduler(self, lr_scheduler: Any) -> bool:
-        """Step ``lr_scheduler`` only if the last guarded step was applied; return whether it was."""
+        """Step ``lr_scheduler`` only if the last guarded step was applied (no host sync).
+
+        Args:
+            lr_scheduler: a ``paddle.optimizer.lr.LRScheduler`` (anything with ``step()``).
+
+        Returns:
+            Whether it was stepped.
+        """
         return self._scaler.step_scheduler(lr_scheduler)
 
     @property
@@ -177,11 +211,22 @@ class OptimizerGuard:
         return self._scaler.last_result
 
     def state_dict(self) -> dict:
-        """The guard's counters (plain values: picklable, ``paddle.save``-able). The optimizer's
-        own ``state_dict()`` is unchanged by the guard."""
+        """The guard's counters; the optimizer's own ``state_dict()`` is unchanged by the guard.
+
+        Returns:
+            Plain values (picklable, ``paddle.save``-able), for :meth:`load_state_dict`.
+        """
         return self._scaler.state_dict()
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the counters saved by :meth:`state_dict`.
+
+        Args:
+            state_dict: from :meth:`state_dict`.
+
+        Raises:
+            ValueError: a state dict from a newer paddle-amp-ext, or a bad value (named).
+        """
         self._scaler.load_state_dict(state_dict)
 
     def __repr__(self) -> str:

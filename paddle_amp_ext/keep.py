@@ -131,7 +131,15 @@ def keep_fp32(layer: paddle.nn.Layer, names: Iterable[str] | str | None = None) 
 
     In O1 the layer runs with autocast off on float32 inputs; in O2, :func:`decorate` leaves its
     parameters in float32 (call ``keep_fp32`` before ``decorate``). Like Keras'
-    ``Dense(10, dtype="float32")`` output layer. Idempotent. Returns ``layer``.
+    ``Dense(10, dtype="float32")`` output layer. Idempotent.
+
+    Args:
+        layer: the model (a ``paddle.nn.Layer``).
+        names: sublayer names (``"head"``, ``"encoder.norm"``) or layer class names
+            (``"LayerNorm"``) to keep; None keeps ``layer`` itself.
+
+    Returns:
+        ``layer``, whose selected sublayers now run in float32.
 
     Raises:
         TypeError: ``layer`` is not a ``paddle.nn.Layer``, or a name is not a str.

@@ -65,7 +65,7 @@ def _covers_every_grad(params: List[paddle.Tensor], clip: Any) -> bool:
 class GradScaler(PaddleGradScaler):
     """Drop-in ``paddle.amp.GradScaler`` (Paddle's arguments and defaults) with more keywords.
 
-    Where it differs from Paddle's scaler on purpose (README: "Where it differs from
+    Where it differs from Paddle's scaler on purpose (docs/differences.md, "Where it differs from
     paddle.amp, and why"): the scale is bounded to ``[min_loss_scaling, max_loss_scaling]``
     (Paddle's is unbounded: it can fall to 1e-30 or grow to inf and stay there); ``state_dict()``
     is never empty and ``load_state_dict`` also loads while loss scaling is off (Paddle's returns
@@ -78,8 +78,12 @@ class GradScaler(PaddleGradScaler):
 
     Args:
         enable: True, False, or ``"auto"`` (on exactly when the gate picks float16).
-        init_loss_scaling, incr_ratio, decr_ratio, incr_every_n_steps,
-        decr_every_n_nan_or_inf, use_dynamic_loss_scaling: as in Paddle.
+        init_loss_scaling: the first loss scale, as in Paddle (default 2**16).
+        incr_ratio: the factor the scale grows by, as in Paddle.
+        decr_ratio: the factor the scale shrinks by after an overflow, as in Paddle.
+        incr_every_n_steps: finite steps in a row before the scale grows, as in Paddle.
+        decr_every_n_nan_or_inf: overflowing steps before the scale shrinks, as in Paddle.
+        use_dynamic_loss_scaling: change the scale at all, as in Paddle.
         min_loss_scaling: the scale never drops below this (default 1.0: below 1 a scale only
             flushes more fp16 gradients to zero; Paddle has no bound).
         max_loss_scaling: the scale never grows above this (default: the largest float32,
@@ -229,7 +233,17 @@ class GradScaler(PaddleGradScaler):
         """Multiply ``var`` by the loss scale (unchanged when loss scaling is off).
 
         A static-graph value (``paddle.enable_static()``, ``paddle.jit.to_static``) is scaled by
-        Paddle's own static-graph rule.
+        Paddle's own static-graph rule. No device-to-host sync.
+
+        Args:
+            var: the loss.
+
+        Returns:
+            ``var`` times the scale, or ``var`` itself while loss scaling is off (also for an AMP
+            dtype other than float16, which turns loss scaling off, logged once).
+
+        Raises:
+            TypeError: ``var`` is not a ``paddle.Tensor``.
         """
         if self._static or _compat.is_static_value(var):  # explicit base: to_static converts this method
             return PaddleGradScaler.scale(self, var)
@@ -251,6 +265,12 @@ class GradScaler(PaddleGradScaler):
 
     def unscale_(self, optimizer: Any) -> None:
         """Divide the optimizer's gradients by the scale now (e.g. before your own clipping).
+
+        Checks them for inf/nan on the device; with several processes the flag is all-reduced
+        (MAX, one int32) here. ``step()`` then reads it (its one host sync).
+
+        Args:
+            optimizer: the optimizer whose gradients (``main_grad`` where set) are unscaled.
 
         Raises:
             RuntimeError: called twice for this optimizer, or after ``step()``, before update().
@@ -371,7 +391,18 @@ class GradScaler(PaddleGradScaler):
         """``optimizer.minimize(*args)`` unless inf/nan was found, then ``update()``.
 
         In a static program this is Paddle's ``minimize`` (which needs an optimizer from
-        ``paddle.static.amp.decorate``).
+        ``paddle.static.amp.decorate``). One host sync (the skip decision), as ``step()``.
+
+        Args:
+            optimizer: the optimizer.
+            *args: passed on to ``optimizer.minimize`` (the scaled loss first, as in Paddle).
+            **kwargs: passed on to ``optimizer.minimize``.
+
+        Returns:
+            What ``optimizer.minimize`` returns, or ``(None, None)`` on a skipped step.
+
+        Raises:
+            RuntimeError: a second step for this optimizer before ``update()``.
         """
         if self._static:
             return super().minimize(optimizer, *args, **kwargs)
@@ -389,7 +420,15 @@ class GradScaler(PaddleGradScaler):
         return out
 
     def update(self) -> None:
-        """Close the iteration: update the scale, count skips, tell the hooks."""
+        """Close the iteration: update the scale, count skips, tell the hooks.
+
+        No device-to-host sync (the skip was read in ``step()``); hooks such as ``VisualDLHook``
+        read their device values only when they flush.
+
+        Raises:
+            AmpOverflowError: ``on_collapse="raise"`` and ``max_consecutive_skips`` skipped
+                iterations in a row.
+        """
         if self._static:
             return super().update()
         if not self._stepped_since_update:
@@ -444,17 +483,43 @@ class GradScaler(PaddleGradScaler):
 
     # ------------------------------------------------------------------ hooks and state
     def add_hook(self, hook: Any) -> Any:
-        """Register ``hook`` (``on_step(event)``, optional ``on_overflow``, ``close``); returns it."""
+        """Register ``hook``, told after every ``update()``.
+
+        Args:
+            hook: an object with ``on_step(event)`` (optional ``on_overflow(event)``, ``close()``),
+                or a callable taking the :class:`StepEvent`.
+
+        Returns:
+            ``hook``.
+
+        Raises:
+            TypeError: ``hook`` has no ``on_step`` and is not callable.
+        """
         if not (hasattr(hook, "on_step") or callable(hook)):
             raise TypeError(f"A hook needs an on_step(event) method or must be callable. Received: {hook!r}")
         self._hooks.append(hook)
         return hook
 
     def remove_hook(self, hook: Any) -> None:
+        """Unregister ``hook`` (it is not closed).
+
+        Args:
+            hook: a hook given to :meth:`add_hook` or ``hooks=``.
+
+        Raises:
+            ValueError: ``hook`` is not registered.
+        """
         self._hooks.remove(hook)
 
     def step_scheduler(self, lr_scheduler: Any) -> bool:
-        """Step ``lr_scheduler`` only if the optimizer really stepped; return whether it did."""
+        """Step ``lr_scheduler`` only if the optimizer really stepped (no host sync).
+
+        Args:
+            lr_scheduler: a ``paddle.optimizer.lr.LRScheduler`` (anything with ``step()``).
+
+        Returns:
+            Whether it was stepped.
+        """
         if self._last_skipped:
             return False
         lr_scheduler.step()
@@ -491,6 +556,15 @@ class GradScaler(PaddleGradScaler):
         return tuple(self._hooks)
 
     def set_init_loss_scaling(self, new_init_loss_scaling: float) -> None:
+        """Set the loss scale now, as Paddle's method does, within the scaler's bounds.
+
+        Args:
+            new_init_loss_scaling: the new scale (> 0, within ``[min_loss_scaling, max_loss_scaling]``).
+
+        Raises:
+            TypeError: not a number.
+            ValueError: not finite, not > 0, or outside the bounds.
+        """
         validate_scaling(init_loss_scaling=new_init_loss_scaling, incr_ratio=self._policy.incr_ratio,
                          decr_ratio=self._policy.decr_ratio, incr_every_n_steps=self._policy.incr_every_n_steps,
                          decr_every_n_nan_or_inf=self._policy.decr_every_n_nan_or_inf,
@@ -500,15 +574,26 @@ class GradScaler(PaddleGradScaler):
         self._set_active(self._enable)
 
     def state_dict(self) -> dict:  # type: ignore[override]
-        """Versioned state: Paddle's keys (``scale`` as a float32 array) plus bounds and counters."""
+        """Versioned state: Paddle's keys (``scale`` as a float32 array) plus bounds and counters.
+
+        Never empty, also while loss scaling is off (Paddle's is ``{}`` then).
+
+        Returns:
+            A dict for ``paddle.save``, loadable by :meth:`load_state_dict`.
+        """
         return self._policy.export_state()
 
     def load_state_dict(self, state_dict: dict) -> None:  # type: ignore[override]
         """Load our state dict or one from ``paddle.amp.GradScaler.state_dict()``.
 
+        Every value is validated as the constructor's are (a scale of 0, NaN or -5 is refused).
+
+        Args:
+            state_dict: from :meth:`state_dict` or from Paddle's scaler.
+
         Raises:
             RuntimeError: an empty dict (saved from a disabled Paddle scaler).
-            ValueError: a state dict from a newer paddle-amp-ext.
+            ValueError: a state dict from a newer paddle-amp-ext, or a bad value (named).
         """
         self._policy.import_state(state_dict)
         self._init_scale = self._policy.scale  # as Paddle: the loaded scale becomes the initial one

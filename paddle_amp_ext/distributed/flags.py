@@ -17,8 +17,14 @@ Flag = Union[paddle.Tensor, bool, int, float]
 
 
 def host_bool(flag: Flag) -> bool:
-    """The one device-to-host read of a step (robust to numpy >= 2.4's scalar rules); a Python
-    number is read as it is, with no sync."""
+    """The one device-to-host read of a step (robust to numpy >= 2.4's scalar rules).
+
+    Args:
+        flag: a 1-element device tensor, or a Python number (read as it is, with no sync).
+
+    Returns:
+        The flag as a Python bool (a tensor costs one device-to-host sync).
+    """
     if isinstance(flag, paddle.Tensor):
         return bool(np.asarray(flag.numpy()).reshape(-1)[0])
     return bool(flag)
@@ -31,8 +37,17 @@ def _world() -> int:
 
 
 def all_reduce_max(flag: Flag) -> Flag:
-    """``flag`` OR-ed over every rank (one MAX all-reduce of an int32), as a bool tensor;
-    ``flag`` itself, unchanged, when alone."""
+    """``flag`` OR-ed over every rank (one MAX all-reduce of an int32).
+
+    Every rank must call it at the same point: it is a collective over the world when more than
+    one process runs, nothing in a single process.
+
+    Args:
+        flag: this rank's flag, a bool device tensor or a Python bool/int.
+
+    Returns:
+        The agreed flag as a bool tensor; ``flag`` itself, unchanged, when alone.
+    """
     if _world() <= 1:
         return flag
     if isinstance(flag, paddle.Tensor):

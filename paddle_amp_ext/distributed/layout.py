@@ -39,7 +39,14 @@ class Layout:
 
 
 def layout_of(optimizer: Any) -> Layout:
-    """The :class:`Layout` of ``optimizer`` (attribute reads only: no collective, no sync)."""
+    """The :class:`Layout` of ``optimizer`` (attribute reads only: no collective, no sync).
+
+    Args:
+        optimizer: a Paddle optimizer or one of fleet's wrappers.
+
+    Returns:
+        Where its step reduces the gradients, and over which group.
+    """
     hcg = _fleet.hybrid_group(optimizer)
     if hcg is not None:
         return Layout("hybrid", hcg)

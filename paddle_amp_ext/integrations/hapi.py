@@ -25,7 +25,10 @@ def hapi_amp_configs(config: Optional[AmpConfig] = None, *, enabled: bool = True
     Args:
         config: an :class:`AmpConfig` (its level, op lists and Paddle's scaler settings).
         enabled: False gives None (hapi's "AMP off").
-        overrides: more hapi keys (``level``, ``init_loss_scaling``, ...).
+        **overrides: more hapi keys (``level``, ``init_loss_scaling``, ...).
+
+    Returns:
+        The dict for ``prepare(amp_configs=...)``, or None when ``enabled`` is False.
 
     Raises:
         ValueError: an override hapi would reject, naming it (``dtype``: use ``routed(config)``).

@@ -63,7 +63,9 @@ class AmpCallback(TrainerCallback):
     Args:
         logdir: where the hook writes its run directory; default the Trainer's
             ``args.logging_dir`` (beside the Trainer's own VisualDL records).
-        flush_every, flush_secs: the hook's write bounds (after this many steps or seconds).
+        flush_every: the hook writes after this many steps at the latest.
+        flush_secs: the hook writes after this many seconds at the latest (checked when a step
+            is logged).
         guard: guard the optimizer of a Trainer without a scaler (one host sync per step).
 
     The hook logs every :data:`paddle_amp_ext.visualdl.TAGS` tag, ``amp/loss_scale`` included

@@ -189,6 +189,9 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
     Returns:
         The :class:`Routing`; ``routing.undo()`` (or :func:`unroute`) ends it.
 
+    Raises:
+        TypeError: ``config`` is not an :class:`AmpConfig`, or ``on_scaler`` is not callable.
+
     Example:
         >>> routing = route()  # doctest: +SKIP
         >>> trainer = Trainer(args=TrainingArguments(fp16=True, ...), ...)  # builds our scaler
@@ -211,14 +214,34 @@ def unroute() -> None:
 
 
 def active_routing() -> Optional[Routing]:
-    """The routing a ``paddle.amp`` call from this thread uses now (see :class:`Routing`), or None."""
+    """The routing a ``paddle.amp`` call from this thread uses now (see :class:`Routing`).
+
+    Returns:
+        The :class:`Routing`, or None when ``paddle.amp`` is Paddle's own.
+    """
     return _current()
 
 
 @contextlib.contextmanager
 def routed(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[Any], Any]] = None
            ) -> Iterator[Routing]:
-    """:func:`route` for the duration of a ``with`` block."""
+    """:func:`route` for the duration of a ``with`` block.
+
+    Args:
+        config: as for :func:`route`.
+        on_scaler: as for :func:`route`.
+
+    Returns:
+        A context manager yielding the :class:`Routing`, undone when the block ends (however
+        it ends).
+
+    Raises:
+        TypeError: ``config`` is not an :class:`AmpConfig`, or ``on_scaler`` is not callable.
+
+    Example:
+        >>> with routed(AmpConfig(dtype="float16")) as routing:  # doctest: +SKIP
+        ...     model.fit(data)                                  # hapi's GradScaler is ours
+    """
     routing = route(config, on_scaler=on_scaler)
     try:
         yield routing

@@ -67,6 +67,13 @@ class Advice:
     def to_config(self, base: Optional[AmpConfig] = None) -> AmpConfig:
         """The proposal as an :class:`AmpConfig` (on top of ``base``).
 
+        Args:
+            base: the config whose other settings the proposal keeps; default ``AmpConfig()``.
+
+        Returns:
+            ``base`` with the proposed ``dtype``, ``fp32_layers`` and ``init_loss_scaling``
+            (``to_toml()`` of it is what ``doctor --advise`` writes).
+
         Raises:
             ValueError: the batch is not finite in float32, so there is no proposal.
         """

@@ -57,11 +57,32 @@ class Finding:
     @classmethod
     def of(cls, name: str, layer: Any, direction: str, max_abs: float, op: Optional[str] = None,
            in_float32: bool = False) -> Finding:
+        """A finding for ``layer`` (its type and ops looked up).
+
+        Args:
+            name: the layer's qualified name in the model (``"0.self_attn"``).
+            layer: the layer object.
+            direction: ``"forward"`` or ``"backward"``.
+            max_abs: the largest magnitude seen (inf or nan allowed).
+            op: the op that produced it, where known.
+            in_float32: the value was measured in float32 (non-finite there: no AMP fix).
+
+        Returns:
+            The finding.
+        """
         kind = type(layer).__name__
         ops = (op,) if op else LAYER_OPS.get(kind, ())
         return cls(name, kind, ops, direction, float(max_abs), op, in_float32 and not math.isfinite(max_abs))
 
     def fixes(self, dtype: str) -> List[str]:
+        """What to change, in order: keep the layer in float32, black-list its op, use bfloat16.
+
+        Args:
+            dtype: the precision the finding is about (``"float16"`` or ``"bfloat16"``).
+
+        Returns:
+            Sentences naming the exact call, e.g. ``keep_fp32(model, ['0.self_attn'])``.
+        """
         if self.in_float32:
             return ["no AMP setting can: check the batch (inf/nan inputs), the initialization and the learning rate",
                     "paddle.amp.debugging.enable_tensor_checker names the first op that produced it"]
@@ -303,6 +324,14 @@ class OverflowWatch:
 
     Costs one max-abs reduction per leaf layer per pass, all on the device; the host reads them
     only after an overflow. Use ``scaler.add_hook(OverflowWatch(model))``.
+
+    Args:
+        model: the model whose leaf layers are watched.
+        dtype: the precision whose range counts (``"float16"`` or ``"bfloat16"``).
+
+    Raises:
+        TypeError: ``model`` is not a ``paddle.nn.Layer``.
+        ValueError: an unsupported dtype.
     """
 
     def __init__(self, model: paddle.nn.Layer, dtype: str = "float16") -> None:
@@ -313,12 +342,23 @@ class OverflowWatch:
         self._recorder = _Recorder(model)
 
     def on_overflow(self, event: Any) -> None:
+        """Analyse the recorded values and log the layer that overflowed (the host reads them now).
+
+        Args:
+            event: the scaler's :class:`paddle_amp_ext.StepEvent` for the skipped step.
+        """
         report = self._recorder.analyse(self.dtype, self.limit)
         self.last_report = report
         logger.warning("step %d overflowed. %s", event.step, report)
 
     def on_step(self, event: Any) -> None:
+        """Forget the step's recorded values (no host read).
+
+        Args:
+            event: the scaler's :class:`paddle_amp_ext.StepEvent`.
+        """
         self._recorder.clear()
 
     def close(self) -> None:
+        """Remove the watch's layer hooks from the model."""
         self._recorder.remove()

@@ -80,7 +80,16 @@ OP_LEVEL_LAYERS = frozenset({"Linear", "ReLU", "GELU", "Sigmoid", "Tanh", "Dropo
 
 
 def quantize(tensor: Any, dtype: str = "float16") -> Any:
-    """Round a float32 tensor through ``dtype`` and back (differentiable); others unchanged."""
+    """Round a float32 tensor through ``dtype`` and back (differentiable); others unchanged.
+
+    Args:
+        tensor: a tensor, or a list or tuple of them (rounded one by one).
+        dtype: ``"float16"`` or ``"bfloat16"``.
+
+    Returns:
+        A float32 tensor holding the values ``dtype`` storage would hold (round to nearest
+        even; 1e-8 -> 0 and 65520 -> inf in float16); anything else as it was.
+    """
     if isinstance(tensor, paddle.Tensor) and tensor.dtype == paddle.float32:
         return round_trip(tensor, dtype)
     if isinstance(tensor, (list, tuple)):
@@ -134,13 +143,19 @@ def fp16_emulation(model: paddle.nn.Layer, dtype: str = "float16", *, level: str
             what it was), except that a ``decorate(level="O2")`` made inside leaves its
             parameters rounded, as the cast to fp16 would.
         dtype: ``"float16"`` or ``"bfloat16"``.
-        level, custom_white_list, custom_black_list, use_promote, config: as for ``auto_cast``;
-            an ``auto_cast`` entered inside with other lists or another level takes over for
-            its block, as on a GPU.
+        level: as for :func:`paddle_amp_ext.auto_cast`; an ``auto_cast`` entered inside with
+            other lists or another level takes over for its block, as on a GPU.
+        custom_white_list: as for :func:`paddle_amp_ext.auto_cast`.
+        custom_black_list: as for :func:`paddle_amp_ext.auto_cast`.
+        use_promote: as for :func:`paddle_amp_ext.auto_cast`.
+        config: an :class:`paddle_amp_ext.AmpConfig` supplying dtype, level and the lists.
 
     The rehearsal belongs to the thread that enters it: a GradScaler in another thread does not
     see it. Paddle's global AMP dtype (which Paddle's own scaler reads) is process-wide: set to
     ``dtype`` inside, restored to exactly what it was at exit.
+
+    Returns:
+        A context manager yielding the names of the layers the lists alone run in low precision.
 
     Raises:
         TypeError: ``model`` is not a ``paddle.nn.Layer``.
@@ -270,6 +285,18 @@ def rehearse(dtype: str = "float16", *, level: str = "O1", config: Optional[AmpC
     are rounded only by ``fp16_emulation(model)``. The script's own ``auto_cast`` lists and
     level, and its ``decorate(level="O2")``, are followed. ``python -m paddle_amp_ext.run
     --emulate`` uses this for a script.
+
+    Args:
+        dtype: ``"float16"`` or ``"bfloat16"``.
+        level: as for :func:`paddle_amp_ext.auto_cast`.
+        config: an :class:`paddle_amp_ext.AmpConfig` supplying level and the lists.
+        custom_white_list: as for :func:`paddle_amp_ext.auto_cast`.
+        custom_black_list: as for :func:`paddle_amp_ext.auto_cast`.
+        use_promote: as for :func:`paddle_amp_ext.auto_cast`.
+
+    Returns:
+        A context manager; the rehearsal ends with the block (Paddle's global AMP dtype is
+        restored exactly).
 
     Raises:
         ValueError: an unsupported dtype, or a bad op list.

@@ -28,7 +28,7 @@ none).
 
 ``VisualDLCallback`` logs the same tags for ``paddle.Model.fit``. Serve the logs with
 ``python -m paddle_amp_ext.visualdl_serve --logdir runs`` (which adds ``--language en
---disable-telemetry``; see the README for why).
+--disable-telemetry``; docs/dashboards.md says why).
 """
 
 from __future__ import annotations

@@ -24,8 +24,13 @@ class VisualDLCallback(paddle.callbacks.Callback):
     ``fit`` (a second ``fit`` goes on in the same run) and closed when the callback is
     garbage-collected, at exit or by :meth:`close`.
 
-    Args: as :class:`VisualDLHook`'s ``logdir``, ``flush_every``, ``flush_secs``, ``all_ranks``
-        and ``run_name``.
+    Args:
+        logdir: the folder the callback writes its own run directory in, as for :class:`VisualDLHook`.
+        flush_every: write after this many steps at the latest.
+        flush_secs: write after this many seconds at the latest (checked when a step is logged).
+        all_ranks: log on every rank (``RUN/rankN``), not only rank 0.
+        run_name: the run directory's name (``''`` for ``logdir`` itself); default a new
+            timestamped one.
 
     Example:
         >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
@@ -40,11 +45,23 @@ class VisualDLCallback(paddle.callbacks.Callback):
         self._skips: Any = None  # skipped steps so far, for Paddle's own scaler (a device value)
 
     def on_train_batch_begin(self, step: int, logs: Optional[dict] = None) -> None:
+        """hapi's hook before a batch: ask this package's scaler, once built, to record the norm.
+
+        Args:
+            step: hapi's batch index.
+            logs: hapi's logs (unused).
+        """
         scaler = _compat.hapi_scaler(self.model)
         if isinstance(scaler, GradScaler):  # hapi builds it during the first batch
             scaler.record_grad_norm = True
 
     def on_train_batch_end(self, step: int, logs: Optional[dict] = None) -> None:
+        """hapi's hook after a batch: log its loss, the loss scale and the skip count (no host read).
+
+        Args:
+            step: hapi's batch index.
+            logs: hapi's logs, holding ``loss``.
+        """
         if self._out is None or self._out.closed:
             return
         rows: List[Row] = []
@@ -83,6 +100,11 @@ class VisualDLCallback(paddle.callbacks.Callback):
         return rows
 
     def on_train_end(self, logs: Optional[dict] = None) -> None:
+        """hapi's hook after ``fit``: write what is buffered (one device-to-host read).
+
+        Args:
+            logs: hapi's logs (unused).
+        """
         if self._out is not None:
             self._out.flush()
 

@@ -42,8 +42,14 @@ _run_counter = itertools.count()
 
 
 def run_directory_name() -> str:
-    """A new run's directory name: local time, then pid and a counter, so runs sort by time and
-    two hooks started in the same second (in one process or two) never share a directory."""
+    """A new run's directory name: local time, then pid and a counter.
+
+    Runs sort by time, and two hooks started in the same second (in one process or two) never
+    share a directory (VisualDL shows only the newest record file of a directory).
+
+    Returns:
+        A name such as ``20261130-061910-20001-0``.
+    """
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_run_counter)}"
 
 
@@ -132,6 +138,13 @@ class VisualDLHook:
         return self._out is not None and not self._out.closed
 
     def on_step(self, event: StepEvent) -> None:
+        """Buffer the step's values on the device; write after ``flush_every`` steps or ``flush_secs``.
+
+        No device-to-host sync on this step unless it is a flush (one read of the buffer).
+
+        Args:
+            event: the scaler's or guard's :class:`paddle_amp_ext.StepEvent`.
+        """
         if self._closed:
             warn_once(f"visualdl:closed:{id(self)}", "VisualDLHook(%r).on_step after close(): step %d and later "
                       "steps are not logged. Remove the hook from the scaler or create a new one.",

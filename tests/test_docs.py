@@ -1,0 +1,148 @@
+"""The documentation site's sources (issue 32): every public name has its API entry, the README
+stays short and keeps the set-up commands, the CLI pages and the CHANGELOG are generated or
+included, not copied. The strict build itself is ``bash scripts/docs`` (CI runs it)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import paddle_amp_ext as amp
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+API = DOCS / "api"
+DIRECTIVE = re.compile(r"^:::\s*([\w.]+)\s*$", re.MULTILINE)
+
+
+def _api_text() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(API.glob("*.md")))
+
+
+def _documented() -> set:
+    """The last component of every mkdocstrings directive on the API pages."""
+    return {path.rsplit(".", 1)[-1] for path in DIRECTIVE.findall(_api_text())}
+
+
+def _served_from_paddle() -> set:
+    """The names of the API page's table of names served from ``paddle.amp``."""
+    text = (API / "index.md").read_text(encoding="utf-8")
+    table = text[text.index("## Served from `paddle.amp`"):]
+    return set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE))
+
+
+def test_every_public_name_has_an_api_entry():
+    documented, served = _documented(), _served_from_paddle()
+    own = [name for name in amp.__all__ if name not in amp._PADDLE_AMP or name in vars(amp) or name in amp._LAZY]
+    missing = [name for name in own if name not in documented]
+    assert not missing, f"no ':::' entry in docs/api/*.md for {missing}"
+    passthrough = [name for name in amp.__all__ if name not in own]
+    assert [n for n in passthrough if n not in served] == [], "a name served from paddle.amp is not in its table"
+
+
+def test_every_api_entry_names_something_that_exists():
+    import importlib
+
+    for path in DIRECTIVE.findall(_api_text()):
+        module, _, attr = path.rpartition(".")
+        if path.startswith("paddle_amp_ext.integrations.paddle"):  # import PaddleNLP/PaddleFormers: not here
+            continue
+        try:
+            target = importlib.import_module(path)
+        except ImportError:
+            target = getattr(importlib.import_module(module), attr, None)
+        assert target is not None, f"docs/api names {path}, which does not exist"
+
+
+def test_every_public_submodule_has_its_page():
+    text = _api_text()
+    for module in ("paddle_amp_ext.distributed", "paddle_amp_ext.integrations.paddlenlp",
+                   "paddle_amp_ext.integrations.paddleformers", "paddle_amp_ext.integrations.hapi",
+                   "paddle_amp_ext.visualdl", "paddle_amp_ext.rehearsal", "paddle_amp_ext.debugging"):
+        assert f"::: {module}" in text, module
+    import paddle_amp_ext.distributed as distributed
+    import paddle_amp_ext.rehearsal as rehearsal
+    import paddle_amp_ext.visualdl as visualdl
+
+    documented = _documented()
+    for sub in (distributed, rehearsal, visualdl):
+        assert [n for n in sub.__all__ if n not in documented] == [], sub.__name__
+
+
+def test_the_cli_page_renders_every_command_from_its_parser():
+    sys.path.insert(0, str(DOCS / "hooks"))
+    try:
+        import cli
+    finally:
+        sys.path.remove(str(DOCS / "hooks"))
+    page = (API / "cli.md").read_text(encoding="utf-8")
+    assert sorted(cli.MARKER.findall(page)) == sorted(cli.COMMANDS)
+    from paddle_amp_ext.cli import run
+
+    rendered = cli.render("run")
+    for action in run.build_parser()._actions:
+        for flag in action.option_strings:
+            assert f"`{flag}" in rendered, flag
+    assert "| `--emulate EMULATE` |" in rendered and "`float16`, `bfloat16`" in rendered
+    with pytest.raises(ValueError, match="unknown command 'nope' in a cli marker"):
+        cli.on_page_markdown("<!-- cli: nope -->", type("P", (), {"file": type("F", (), {"src_path": "x.md"})})(),
+                             None, None)
+
+
+def test_the_readme_is_short_and_keeps_the_set_up_commands():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    assert "bash scripts/demo" in readme and "bash scripts/test" in readme
+    assert "docs/loss_scale.png" in readme and "docs/dashboard.png" in readme
+    for command in ("paddle_amp_ext.check", "paddle_amp_ext.run", "paddle_amp_ext.doctor",
+                    "paddle_amp_ext.visualdl_serve"):
+        assert command in readme, command
+
+
+def test_the_readme_links_and_the_nav_point_at_pages_that_exist():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for target in re.findall(r"\]\((docs/[^)#\s]+)", readme):
+        assert (ROOT / target).exists(), target
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in re.findall(r":\s+([\w/.-]+\.md)\s*$", nav, re.MULTILINE):
+        assert (DOCS / page).exists(), page
+
+
+def test_the_changelog_page_includes_the_changelog_and_does_not_copy_it():
+    page = (DOCS / "changelog.md").read_text(encoding="utf-8")
+    assert page.strip() == '--8<-- "CHANGELOG.md"'
+
+
+def _hook(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"docs_hook_{name}", DOCS / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_hook_fails_the_build_when_the_parsers_cannot_be_built(monkeypatch):
+    cli = _hook("cli")
+    monkeypatch.setenv("PADDLE_AMP_EXT_DOCS_PYTHON", "/bin/false")
+    with pytest.raises(RuntimeError, match=r"building the CLI parsers with /bin/false failed \(exit 1\)"):
+        cli.render("check")
+
+
+def test_the_skip_marker_becomes_a_note_on_the_page():
+    examples = _hook("examples")
+    page = "intro\n<!-- skip: needs a GPU -->\n```python\nx\n```\n"
+    assert examples.on_page_markdown(page, None, None, None) == (
+        "intro\n*Not run by the docs' tests: needs a GPU.*\n\n```python\nx\n```\n")
+
+
+def test_the_sphinx_roles_become_optional_references():
+    roles = _hook("roles")
+    html = "see :func:<code>keep_fp32</code> and :class:<code>~paddle_amp_ext.AmpConfig</code>, :meth:<code>x()</code>"
+    assert roles.on_page_content(html, None, None, None) == (
+        'see <autoref identifier="paddle_amp_ext.keep_fp32" optional><code>keep_fp32</code></autoref> and '
+        '<autoref identifier="paddle_amp_ext.AmpConfig" optional><code>AmpConfig</code></autoref>, '
+        '<autoref identifier="paddle_amp_ext.x" optional><code>x()</code></autoref>')
