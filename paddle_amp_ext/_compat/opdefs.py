@@ -22,6 +22,11 @@ backend. Relies on (checked against paddlepaddle 2.6.2 and 3.3.1, CPU builds):
   (``USE_CUDA_ONLY_OP`` in ``paddle/fluid/operators/fused/CMakeLists.txt``, from reading
   Paddle's code), so that a CPU wheel carries no trace of them (2.6.2: ``fused_multi_transformer``,
   ``resnet_unit``, ``fusion_group``). Used only to accept these names; never to claim a kernel.
+
+Not used: neither wheel ships Paddle's op YAML; ``core.get_all_op_protos()`` (``OpProtoHolder``)
+and ``core._get_all_register_op_kernels()`` hold this build's ops only; ``core.op_support_gpu``
+answers True for any name and ``core.get_op_attrs_default_value`` ``{}`` for an unknown one; the
+C++ headers under ``paddle/include`` (``phi/api/include/api.h``) name GPU ops but are headers.
 """
 
 from __future__ import annotations
