@@ -47,11 +47,32 @@ def _script(tmp_path, style, out, *args, run_args=None):
     return proc.returncode, report, summary
 
 
+#: how each kind of run is made: (script arguments, `run` arguments or None for a plain run)
+KINDS = {"bare": ((), None), "routed": ((), []), "emulated": (("--overflow-step", "3"), ["--emulate", "float16"])}
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory):
+    """``suite_run(style, kind)``: (folder, exit code, report, summary) of one run, made once per module."""
+    made = {}
+
+    def get(style, kind):
+        if (style, kind) not in made:
+            folder = tmp_path_factory.mktemp(f"{style}-{kind}")
+            args, run_args = KINDS[kind]
+            if kind == "emulated":
+                args = (*args, *AMP_ON.get(style, []))
+            made[style, kind] = (folder, *_script(folder, style, "out", *args, run_args=run_args))
+        return made[style, kind]
+
+    return get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("style", STYLES)
-def test_a_suite_shaped_script_runs_the_same_plainly_and_under_run(tmp_path, style):
-    code, bare, _ = _script(tmp_path, style, "bare")
-    routed_code, routed, summary = _script(tmp_path, style, "routed", run_args=[])
+def test_a_suite_shaped_script_runs_the_same_plainly_and_under_run(suite_run, style):
+    _, code, bare, _ = suite_run(style, "bare")
+    _, routed_code, routed, summary = suite_run(style, "routed")
     assert routed_code == code == summary["exit_code"] == 0
     assert bare["scaler"] == "paddle.amp.grad_scaler.GradScaler"
     assert routed["scaler"] == "paddle_amp_ext.scaler.GradScaler"
@@ -66,9 +87,8 @@ def test_a_suite_shaped_script_runs_the_same_plainly_and_under_run(tmp_path, sty
 
 @pytest.mark.slow
 @pytest.mark.parametrize("style", STYLES)
-def test_an_injected_overflow_is_a_skipped_step_in_the_summary(tmp_path, style):
-    _, report, summary = _script(tmp_path, style, "emulated", "--overflow-step", "3", *AMP_ON.get(style, []),
-                                 run_args=["--emulate", "float16"])
+def test_an_injected_overflow_is_a_skipped_step_in_the_summary(suite_run, style):
+    _, _, report, summary = suite_run(style, "emulated")
     assert summary["exit_code"] == 0
     (scaler,) = summary["scalers"]
     assert (scaler["steps"], scaler["skipped"]) == (STEPS, 1)
@@ -94,9 +114,8 @@ def test_the_det_style_trainer_turns_amp_off_on_a_cpu_itself(tmp_path):
 @pytest.mark.slow
 @pytest.mark.xfail(reason="needs branch routing", strict=False)
 @pytest.mark.parametrize("style", STYLES)
-def test_a_skipped_step_holds_the_loops_own_lr_scheduler(tmp_path, style):
-    _, report, summary = _script(tmp_path, style, "emulated", "--overflow-step", "3", *AMP_ON.get(style, []),
-                                 run_args=["--emulate", "float16"])
+def test_a_skipped_step_holds_the_loops_own_lr_scheduler(suite_run, style):
+    _, _, report, summary = suite_run(style, "emulated")
     (scaler,) = summary["scalers"]
     assert scaler["skipped"] == 1
     assert report["lr_last_epoch"] == scaler["steps"] - scaler["skipped"] == report["updates"]
@@ -161,8 +180,8 @@ def test_sigint_keeps_every_record_of_the_ocr_style_loop(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.xfail(reason="needs branch routing", strict=False)
-@pytest.mark.parametrize("style", ["seg_style", "ocr_style"])
-def test_minimize_records_the_learning_rate_of_every_step(tmp_path, style):
+@pytest.mark.parametrize("style", STYLES)
+def test_minimize_records_the_learning_rate_of_every_step(suite_run, style):
     pytest.importorskip("visualdl")
-    _script(tmp_path, style, "routed", run_args=[])
-    assert _points(tmp_path / "runs").get("amp/lr") == list(range(STEPS))
+    folder = suite_run(style, "routed")[0]
+    assert _points(folder / "runs").get("amp/lr") == list(range(STEPS))
