@@ -7,6 +7,7 @@ its data loaders, to take the worker processes down with it); AMP options come f
 ``Global`` section (``use_amp``, ``amp_level``, ``amp_dtype``, ``scale_loss``,
 ``use_dynamic_loss_scaling``, ``amp_custom_black_list``, ``amp_custom_white_list``); the update
 is ``scaler.minimize(optimizer, scaled_avg_loss)`` and the loop steps its LR scheduler itself.
+PaddleOCR's configs mostly leave the lists empty; this one black-lists ``pool2d``.
 
     python ocr_style.py --out DIR [--steps N] [--overflow-step K] [--wait-after N] [-o Global.key=value ...]
 """
@@ -109,7 +110,8 @@ def main():
             with paddle.amp.auto_cast(level=amp_level, custom_black_list=amp_custom_black_list,
                                       custom_white_list=amp_custom_white_list, dtype=amp_dtype):
                 preds = model(batch[0])
-                loss = rec_loss(preds, batch)
+            preds = preds.astype("float32")  # PaddleOCR's to_float32: the loss runs outside auto_cast
+            loss = rec_loss(preds, batch)
             avg_loss = loss["loss"]
             scaled_avg_loss = scaler.scale(avg_loss)
             scaled_avg_loss.backward()
