@@ -2,8 +2,8 @@
 
 What matters for ``python -m paddle_amp_ext.run``: AMP options come from YAML-ish config keys
 (``amp``, ``amp_level``, ``init_loss_scaling``, ``custom_white_list``, ``custom_black_list``),
-the scaler and ``auto_cast`` are enabled only when the config says ``use_gpu`` (PaddleDetection
-turns AMP off on a CPU itself), the step is ``scaler.minimize(optimizer, scaled_loss)``, and the
+the scaler and ``auto_cast`` are enabled only when the config says ``use_gpu`` (or ``use_npu``,
+``use_mlu``: PaddleDetection turns AMP off on a CPU itself), the step is ``scaler.minimize(optimizer, scaled_loss)``, and the
 trainer steps its own warmup + piecewise LR scheduler after every iteration.
 
     python det_style.py --out DIR [--steps N] [--overflow-step K] [-o key=value ...]
@@ -23,6 +23,8 @@ import common  # noqa: E402
 
 CONFIG = """
 use_gpu: false
+use_npu: false
+use_mlu: false
 amp: true
 amp_level: O1
 init_loss_scaling: 1024
@@ -75,11 +77,15 @@ class Trainer:
         self.steps = steps
         self.status = {}
 
+    def on_device(self):
+        """PaddleDetection enables AMP only on these devices (so never on a CPU)."""
+        return self.cfg["use_gpu"] or self.cfg["use_npu"] or self.cfg["use_mlu"]
+
     def train(self, overflow_step=0, wait_after=0):
         model = self.model
         scaler = None
         if self.use_amp:
-            scaler = paddle.amp.GradScaler(enable=self.cfg["use_gpu"],
+            scaler = paddle.amp.GradScaler(enable=self.on_device(),
                                            init_loss_scaling=self.cfg.get("init_loss_scaling", 1024))
         rng = np.random.default_rng(3)
         history, updates = [], 0
@@ -90,7 +96,7 @@ class Trainer:
                     "gt_class": paddle.to_tensor(rng.integers(0, 2, (2,)).astype("int64"))}
             before = common.snapshot(model)
             if self.use_amp:
-                with paddle.amp.auto_cast(enable=self.cfg["use_gpu"], custom_white_list=self.custom_white_list,
+                with paddle.amp.auto_cast(enable=self.on_device(), custom_white_list=self.custom_white_list,
                                           custom_black_list=self.custom_black_list, level=self.amp_level):
                     outputs = model(data)
                     loss = outputs["loss"]
