@@ -116,6 +116,8 @@ def _auto_cast(
         info_once(f"oplists:{note}", "%s", note)
     for note in resolved.no_effect:
         warn_once(f"oplists:{note}", "%s", note)
+    for note in resolved.elsewhere:
+        info_once(f"oplists:{note}", "%s", note)
     with _compat.paddle_auto_cast(
         enable=enable,
         custom_white_list=sorted(resolved.white) or None,

@@ -87,7 +87,8 @@ class AmpConfig:
         enable: Turn AMP on. With ``dtype="auto"`` the compute-capability gate still decides.
         dtype: ``"float16"``, ``"bfloat16"`` or ``"auto"`` (the best the GPU supports).
         level: ``"O1"`` (per-op lists) or ``"O2"`` (pure low precision but the black list).
-        custom_white_list: Op names to run in low precision; validated against Paddle's registry.
+        custom_white_list: Op names to run in low precision; validated against the ops Paddle defines
+            for any backend (a GPU-only op such as ``sync_batch_norm`` is valid on a CPU).
         custom_black_list: Op names to keep in float32.
         fp32_layers: Sublayer names (``"head"``, ``"encoder.norm"``) or layer class names
             (``"LayerNorm"``) to keep in float32 (see :func:`paddle_amp_ext.keep_fp32`).

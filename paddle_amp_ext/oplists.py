@@ -2,8 +2,10 @@
 
 Paddle accepts any string in ``custom_white_list`` and ignores names that are not op types, and
 eager AMP looks ops up by their legacy names (``paddle.matmul`` is ``matmul_v2``, ``+`` is
-``elementwise_add``). Here every name is checked against the installed Paddle's op registry, API
-names are mapped through :data:`ALIASES`, and names that change nothing are reported.
+``elementwise_add``). Here every name is checked against the ops the installed Paddle defines for
+any backend (a CPU wheel registers no GPU-only op such as ``sync_batch_norm``, yet configs written
+for GPUs list them), API names are mapped through :data:`ALIASES`, names that change nothing are
+reported, and so are names with no kernel in this build.
 
 Example:
     >>> lists = resolve(["matmul"], ["softmx"])  # doctest: +SKIP
@@ -46,14 +48,22 @@ ALIASES: Mapping[str, Tuple[str, ...]] = {
     "flatten": ("flatten_contiguous_range",),
 }
 
-#: A callable returning every valid op type name (defaults to the installed Paddle's registry).
+#: A callable returning a collection of op type names.
 Registry = Callable[[], Collection[str]]
 
 
 def _default_registry() -> Collection[str]:
-    from ._compat import registered_op_names
+    """Every op the installed Paddle defines, for any backend (what a list may name)."""
+    from ._compat import defined_op_names
 
-    return registered_op_names()
+    return defined_op_names()
+
+
+def _build_registry() -> Collection[str]:
+    """The ops this build of Paddle registers (what can run here)."""
+    from ._compat import built_op_names
+
+    return built_op_names()
 
 
 @dataclass(frozen=True)
@@ -64,12 +74,15 @@ class ResolvedLists:
         white, black: what is passed to Paddle (the names as written plus their alias targets).
         mapped: one sentence per API name that was mapped to the op type eager AMP sees.
         no_effect: one sentence per name that changes nothing for this dtype/level.
+        elsewhere: one sentence per op Paddle defines that this build registers no kernel for
+            (GPU-only, XPU-only or fused ops on a CPU wheel); they are handed to Paddle as well.
     """
 
     white: FrozenSet[str]
     black: FrozenSet[str]
     mapped: Tuple[str, ...] = ()
     no_effect: Tuple[str, ...] = ()
+    elsewhere: Tuple[str, ...] = ()
 
 
 def expand(names: Iterable[str]) -> list[str]:
@@ -91,7 +104,17 @@ def suggest(name: str, registry: Collection[str]) -> list[str]:
 def validate(
     white: Iterable[str], black: Iterable[str], registry: Registry = _default_registry
 ) -> None:
-    """Raise ValueError for an unknown name or a name in both lists (after alias mapping)."""
+    """Raise ValueError for an unknown name or a name in both lists (after alias mapping).
+
+    Args:
+        white, black: custom lists as the user wrote them.
+        registry: every valid name; by default every op the installed Paddle defines for any
+            backend, so a GPU-only op is valid on a CPU.
+
+    Raises:
+        ValueError: a name Paddle does not define (with up to three close names), or a name in
+            both lists.
+    """
     white, black = list(white), list(black)
     if not white and not black:
         return
@@ -121,6 +144,7 @@ def resolve(
     level: str = "O1",
     registry: Registry = _default_registry,
     defaults: Callable[[str, str], Tuple[FrozenSet[str], FrozenSet[str]]] | None = None,
+    built: Registry = _build_registry,
 ) -> ResolvedLists:
     """Validate and map custom lists for ``dtype``/``level``; explain names that do nothing.
 
@@ -128,6 +152,9 @@ def resolve(
         white, black: custom lists as the user wrote them.
         dtype: ``"float16"`` or ``"bfloat16"``.
         level: ``"O1"``, ``"O2"`` or ``"OD"``.
+        registry: every valid name (see :func:`validate`).
+        defaults: Paddle's (white, black) lists for a dtype and level.
+        built: the names this build registers; a valid name outside it gets an ``elsewhere`` note.
 
     Returns:
         ResolvedLists with the names to hand to Paddle and sentences for the log.
@@ -172,6 +199,14 @@ def resolve(
                 f"custom_black_list entry {name!r} has no effect: it is already in Paddle's "
                 f"default {dtype} {level} black list."
             )
+    here = built()
+    elsewhere = [
+        f"{list_name} entry {name!r} is a Paddle op with no kernel in this build (Paddle defines it "
+        "for other backends: GPU-only, XPU-only or fused); it is kept and takes effect where the op runs."
+        for list_name, names in (("custom_white_list", white), ("custom_black_list", black))
+        for name in names
+        if name not in ALIASES and name not in here
+    ]
     return ResolvedLists(
-        frozenset(expand(white)), frozenset(expand(black)), tuple(mapped), tuple(notes)
+        frozenset(expand(white)), frozenset(expand(black)), tuple(mapped), tuple(notes), tuple(elsewhere)
     )

@@ -4,8 +4,10 @@ The rest of the package uses Paddle's public API only. Each module says what it 
 were checked against paddlepaddle 2.6.2 and 3.3.1 (CPU builds; the GPU wheels share the Python
 code):
 
-- :mod:`.tracer`: the dygraph tracer (place, AMP level, op lists), static/PIR mode, the op
-  registry, Paddle's global AMP state.
+- :mod:`.tracer`: the dygraph tracer (place, AMP level, op lists), static/PIR mode, Paddle's
+  default op lists, its global AMP state.
+- :mod:`.opdefs`: the ops this build registers and every op Paddle defines for any backend
+  (GPU-only, XPU-only, fused), for validating custom op lists.
 - :mod:`.scaler`: ``paddle.amp.GradScaler`` internals (``_unscale``, the per-optimizer states,
   the flags Paddle programs read after ``step()``).
 - :mod:`.optimizer`: optimizer parameters, gradient tensors (``main_grad`` where set), the
@@ -24,6 +26,7 @@ code):
 from __future__ import annotations
 
 from .layers import gpu_linear_is_fused, o2_low_precision_layers
+from .opdefs import CUDA_ONLY_FLUID_OPS, built_op_names, defined_op_names, registered_op_names
 from .optimizer import (
     applying_method,
     grad_of,
@@ -57,7 +60,6 @@ from .tracer import (
     paddle_auto_cast,
     paddle_decorate,
     place_kind,
-    registered_op_names,
     runs_eagerly,
     set_amp_state_dtype,
     static_amp_supported,
@@ -67,11 +69,14 @@ from .tracer import (
 )
 
 __all__ = [
+    "CUDA_ONLY_FLUID_OPS",
     "PADDLE_VERSION",
     "amp_state_dtype",
     "applying_method",
     "autocast_enabled",
+    "built_op_names",
     "default_op_lists",
+    "defined_op_names",
     "gpu_amp_support",
     "gpu_linear_is_fused",
     "grad_of",

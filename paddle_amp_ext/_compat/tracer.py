@@ -1,4 +1,4 @@
-"""The dygraph tracer, static/PIR mode, the op registry and Paddle's global AMP state.
+"""The dygraph tracer, static/PIR mode, Paddle's default op lists and its global AMP state.
 
 Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 
@@ -11,8 +11,8 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   2.6's legacy static graph rejects ``auto_cast`` (an AssertionError from ``amp_guard``).
 - ``paddle.amp.auto_cast._is_gpu_float16_supported`` / ``_is_gpu_bfloat16_supported``: the rule
   ``amp_guard`` applies on a GPU (on 3.x, ROCm builds allow both).
-- ``paddle.base.core.get_all_op_names()`` and ``core._get_registered_phi_kernels('all')``: the op
-  registry that custom op lists are validated against; ``paddle.amp.amp_lists``: Paddle's defaults.
+- ``paddle.amp.amp_lists``: Paddle's default white/black lists (the op registry and Paddle's op
+  definitions are read in :mod:`.opdefs`).
 - the modules ``paddle.amp.auto_cast`` and ``paddle.amp.grad_scaler``: Paddle's own ``auto_cast``,
   ``decorate`` and ``GradScaler``, reached through their modules so that routing ``paddle.amp``
   to this package (:mod:`paddle_amp_ext.integrations.routing`) never makes them call themselves.
@@ -173,25 +173,7 @@ def tracer_amp_level() -> str:
     return str(_tracer()._amp_level).rsplit(".", 1)[-1]
 
 
-# --------------------------------------------------------------------------- op registry
-@functools.cache
-def registered_op_names() -> frozenset[str]:
-    """Every op type name the installed Paddle knows (ops, phi kernels, AMP defaults)."""
-    from paddle.base import core
-
-    names: set[str] = set(core.get_all_op_names())
-    try:
-        names.update(core._get_registered_phi_kernels("all"))
-    except (AttributeError, TypeError, RuntimeError):  # pragma: no cover - older builds
-        pass
-    for dtype in ("float16", "bfloat16"):
-        for level in ("O1", "O2"):
-            white, black = default_op_lists(dtype, level)
-            names.update(white)
-            names.update(black)
-    return frozenset(names)
-
-
+# --------------------------------------------------------------------------- op lists
 def default_op_lists(dtype: str, level: str) -> tuple[frozenset[str], frozenset[str]]:
     """Paddle's own (white, black) lists for ``dtype`` and ``level``."""
     from paddle.amp import amp_lists
