@@ -4,7 +4,8 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 
 - ``Tensor._grad_ivar()``: the gradient tensor the optimizer really reads (``Tensor.grad`` is a
   copy-on-access view on both versions, so in-place clipping must go through this).
-- ``param.main_grad``: the float32 master gradient. Fleet's ``MixPrecisionLayer``
+- ``param.main_grad``: the float32 master gradient (which optimizer reads it:
+  :func:`main_grad_rule`). Fleet's ``MixPrecisionLayer``
   (``paddle.distributed.fleet.utils.mix_precision_utils``, PaddleNLP's and PaddleFormers'
   ``amp_master_grad=True``) sets it to None on every parameter it wraps and, from a gradient hook,
   accumulates each gradient into it as float32 and clears ``param.grad``. On 3.3.1 so does
@@ -33,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import paddle
 
+from .tracer import PADDLE_VERSION
+
 if TYPE_CHECKING:
     from paddle import Tensor
 
@@ -50,6 +53,50 @@ def grad_of(param: Tensor) -> Tensor | None:
     update. None without a gradient."""
     main = getattr(param, "main_grad", None)
     return main if main is not None else param._grad_ivar()
+
+
+#: How an optimizer picks a parameter's gradient (:func:`main_grad_rule`).
+MAIN_GRAD_FIRST, MAIN_GRAD_ONLY, MAIN_GRAD_NEVER = "main_grad, else grad", "main_grad only", "grad only"
+_MIX_PRECISION_MODULE = "paddle.distributed.fleet.utils.mix_precision_utils"
+
+
+def main_grad_rule(optimizer: Any, via: str = "step") -> str:
+    """Which gradient ``optimizer.step()`` (``via="step"``) or ``optimizer.minimize()``
+    (``via="minimize"``) applies: one of :data:`MAIN_GRAD_FIRST`, :data:`MAIN_GRAD_ONLY`,
+    :data:`MAIN_GRAD_NEVER` (see the module docstring for the versions).
+
+    Fleet's wrappers are followed down (``_inner_opt``/``_optim``) to the first that decides:
+    ``MixPrecisionOptimizer`` (main_grad only), or a Paddle ``Optimizer``. An object that is
+    neither gets :data:`MAIN_GRAD_FIRST` (fleet's ``distributed_scaler``'s rule).
+    """
+    if via == "minimize":
+        return MAIN_GRAD_NEVER
+    mix = getattr(sys.modules.get(_MIX_PRECISION_MODULE), "MixPrecisionOptimizer", None)
+    opt, seen = optimizer, set()
+    while opt is not None and id(opt) not in seen:
+        seen.add(id(opt))
+        if mix is not None and isinstance(opt, mix):
+            return MAIN_GRAD_ONLY
+        if isinstance(opt, paddle.optimizer.Optimizer):
+            if PADDLE_VERSION < (3, 0, 0):
+                return MAIN_GRAD_NEVER
+            groups = getattr(opt, "_param_groups", None)
+            if groups and isinstance(groups[0], dict):
+                return MAIN_GRAD_NEVER
+            return MAIN_GRAD_ONLY if getattr(opt, "enable_tensor_fusion", False) else MAIN_GRAD_FIRST
+        state = vars(opt) if hasattr(opt, "__dict__") else {}
+        opt = state.get("_inner_opt") or state.get("_optim")
+    return MAIN_GRAD_FIRST
+
+
+def main_grad_value(param: Tensor) -> Any:
+    """``param.main_grad`` as set (None where absent)."""
+    return getattr(param, "main_grad", None)
+
+
+def grad_ivar(param: Tensor) -> Tensor | None:
+    """The gradient tensor Paddle's optimizer reads (``_grad_ivar()``; in-place changes reach it)."""
+    return param._grad_ivar()
 
 
 def iter_grads(params: list[Tensor]) -> Iterator[Tensor]:
