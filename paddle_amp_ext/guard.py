@@ -218,6 +218,13 @@ class OptimizerGuard:
         return f"OptimizerGuard({state}, skipped_steps={self.skipped_steps})"
 
 
+def guard_of(optimizer: Any) -> Optional[OptimizerGuard]:
+    """The active :class:`OptimizerGuard` on ``optimizer``, or None (reads one attribute, no sync)."""
+    state = vars(optimizer) if hasattr(optimizer, "__dict__") else {}
+    current = getattr(state.get(_compat.applying_method(optimizer)), "guard", None)
+    return current if isinstance(current, OptimizerGuard) and current.active else None
+
+
 def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutive_skips: Optional[int] = None,
                     on_collapse: str = "warn") -> OptimizerGuard:
     """Guard ``optimizer`` in place: a step whose gradients hold inf/nan is not applied.
@@ -261,8 +268,8 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
     if not callable(getattr(optimizer, "step", None)) or not hasattr(optimizer, "__dict__"):
         raise TypeError(f"guard_optimizer() needs an optimizer with a step() method (and a __dict__ to "
                         f"replace it in). Received: {optimizer!r} (of type {type(optimizer).__name__})")
-    current = getattr(vars(optimizer).get(_compat.applying_method(optimizer)), "guard", None)
-    if isinstance(current, OptimizerGuard) and current.active:
+    current = guard_of(optimizer)
+    if current is not None:
         if current._settings != (max_consecutive_skips, on_collapse):
             raise ValueError(
                 f"The optimizer is already guarded with max_consecutive_skips={current._settings[0]!r}, "
