@@ -308,7 +308,9 @@ class GradScaler(PaddleGradScaler):
 
         Args:
             optimizer: the Paddle optimizer.
-            parameters: whose gradients to clip; default: the optimizer's.
+            parameters: whose gradients to clip; default: the optimizer's. The inf/nan check
+                always covers every gradient the step applies (:mod:`paddle_amp_ext.gradients`:
+                trainable parameters, ``main_grad`` where the optimizer reads it).
             grad_clip: a float max global norm, or a ``paddle.nn.ClipGradByGlobalNorm`` /
                 ``ClipGradByNorm`` / ``ClipGradByValue``.
 
@@ -317,7 +319,9 @@ class GradScaler(PaddleGradScaler):
 
         Raises:
             RuntimeError: ``step`` twice for one optimizer before ``update()``.
-            TypeError, ValueError: a bad ``grad_clip``.
+            TypeError, ValueError: a bad ``grad_clip``; a model (or anything without ``step``)
+                passed as ``optimizer``; a ``main_grad`` that is not a float tensor of its
+                parameter's shape.
         """
         if self._static:
             return super().step(optimizer)

@@ -30,7 +30,7 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import paddle
 
@@ -48,9 +48,10 @@ def optimizer_parameters(optimizer: Any) -> list[Tensor]:
 
 
 def grad_of(param: Tensor) -> Tensor | None:
-    """The gradient tensor the optimizer applies: ``param.main_grad`` (the float32 master
-    gradient) where it is set, else ``param._grad_ivar()``; in-place changes to it reach the
-    update. None without a gradient."""
+    """``param.main_grad`` (the float32 master gradient) where it is set, else
+    ``param._grad_ivar()`` (None without a gradient): one parameter's gradient by 3.3.1's
+    ``Optimizer.step`` rule, for tests and scripts that poke a gradient. Which gradient a step
+    applies, for which parameters, is :mod:`paddle_amp_ext.gradients`' to say."""
     main = getattr(param, "main_grad", None)
     return main if main is not None else param._grad_ivar()
 
@@ -97,14 +98,6 @@ def main_grad_value(param: Tensor) -> Any:
 def grad_ivar(param: Tensor) -> Tensor | None:
     """The gradient tensor Paddle's optimizer reads (``_grad_ivar()``; in-place changes reach it)."""
     return param._grad_ivar()
-
-
-def iter_grads(params: list[Tensor]) -> Iterator[Tensor]:
-    """The :func:`grad_of` of every parameter that has one."""
-    for param in params:
-        grad = grad_of(param)
-        if grad is not None:
-            yield grad
 
 
 _HYBRID_MODULE = "paddle.distributed.fleet.meta_optimizers.dygraph_optimizer.hybrid_parallel_optimizer"

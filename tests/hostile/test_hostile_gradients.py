@@ -316,3 +316,19 @@ def test_a_guarded_minimize_that_raises_leaves_the_guard_usable():
             opt.minimize(loss, None, 5)                # not an iterable of parameters
         opt.minimize(loss)
         assert guard.skipped_steps == 0 and guard.last_result is not None
+
+
+def test_the_advisors_gradient_range_reads_the_applied_gradients():
+    """A frozen layer's stale gradient does not set the proposed loss scale; a master gradient does."""
+    from paddle_amp_ext.rehearsal.advisor import _grad_range
+
+    model = make_mlp(seed=0)
+    x, y = make_data()
+    loss_of(model, x, y).backward()
+    trainable_high = max(float(np.abs(p.grad.numpy()).max()) for p in model.parameters()[2:])
+    poison_grads(model[0], 1e6)
+    assert _grad_range(model)[1] == 1e6
+    freeze(model[0], "trainable")
+    assert _grad_range(model)[1] == np.float32(trainable_high) < 1e6
+    model[4].bias.main_grad = paddle.full([1], 5e5, dtype="float32")
+    assert _grad_range(model)[1] == 5e5
