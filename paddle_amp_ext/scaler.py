@@ -341,7 +341,8 @@ class GradScaler(PaddleGradScaler):
             if not enabled and self._skip_nonfinite:
                 reuse = norm if _covers_every_grad(pairs, judged, clip) else None
                 skipped, judged_norm = self._nonfinite(optimizer, judged, reuse)
-                norm = None if in_step else judged_norm  # before fleet's reduce: not the global norm
+                if norm is None:  # else the clip's norm (of the gradients it clipped) is the one reported
+                    norm = None if in_step else judged_norm  # before fleet's reduce: not the global norm
             elif norm is None and self.record_grad_norm and not in_step:
                 norm = global_norm(grads_of(pairs))
             if not skipped:

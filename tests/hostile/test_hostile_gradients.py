@@ -332,3 +332,27 @@ def test_the_advisors_gradient_range_reads_the_applied_gradients():
     assert _grad_range(model)[1] == np.float32(trainable_high) < 1e6
     model[4].bias.main_grad = paddle.full([1], 5e5, dtype="float32")
     assert _grad_range(model)[1] == 5e5
+
+
+def test_step_with_chosen_parameters_judges_every_applied_gradient_and_reports_the_clips_norm():
+    """A NaN outside ``parameters`` still skips (the optimizer applies it); the norm is the clip's."""
+    x, y = make_data()
+    model = make_mlp(seed=8)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+    scaler = amp.GradScaler(enable=False)
+    loss_of(model, x, y).backward()
+    chosen = list(model[4].parameters())
+    expected = np.sqrt(sum(float((p.grad.numpy().astype(np.float64) ** 2).sum()) for p in chosen))
+    result = scaler.step(opt, parameters=chosen, grad_clip=1e6)
+    scaler.update()
+    assert not result.skipped
+    np.testing.assert_allclose(float(result.grad_norm), expected, rtol=1e-6)
+    opt.clear_grad()
+    loss_of(model, x, y).backward()
+    poison_grads(model[0])
+    before = params_of(model)
+    result = scaler.step(opt, parameters=chosen, grad_clip=1e6)
+    scaler.update()
+    assert result.skipped
+    for a, b in zip(before, params_of(model)):
+        np.testing.assert_array_equal(a, b)
