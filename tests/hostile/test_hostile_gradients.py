@@ -356,3 +356,21 @@ def test_step_with_chosen_parameters_judges_every_applied_gradient_and_reports_t
     assert result.skipped
     for a, b in zip(before, params_of(model)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("thing", [None, 3, "sgd", object()], ids=repr)
+def test_guard_of_anything_unguarded_is_none(thing):
+    from paddle_amp_ext.guard import guard_of
+
+    assert guard_of(thing) is None
+
+
+def test_guard_of_names_the_active_guard_only():
+    from paddle_amp_ext.guard import guard_of
+
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=make_mlp(seed=0).parameters())
+    assert guard_of(opt) is None
+    guard = amp.guard_optimizer(opt)
+    assert guard_of(opt) is guard
+    guard.remove()
+    assert guard_of(opt) is None
