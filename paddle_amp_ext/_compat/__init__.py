@@ -8,8 +8,8 @@ code):
   registry, Paddle's global AMP state.
 - :mod:`.scaler`: ``paddle.amp.GradScaler`` internals (``_unscale``, the per-optimizer states,
   the flags Paddle programs read after ``step()``).
-- :mod:`.optimizer`: optimizer parameters, gradient tensors (``main_grad`` where set), the
-  method that applies an update, fused norm kernels, hapi's scaler.
+- :mod:`.optimizer`: optimizer parameters, gradient tensors (which optimizer reads
+  ``main_grad``), the method that applies an update, fused norm kernels, hapi's scaler.
 - :mod:`.fleet`: fleet's optimizer wrappers, its clips (how it reduces the global norm),
   stage 2/3's markers, the scalers it patches.
 - :mod:`.layers`: how Paddle's layers reach their kernels on a GPU (the conv functions, ``F.linear``,

@@ -14,8 +14,15 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   gradient is a float32 ``param.grad`` instead (``core.eager.set_master_grads`` at the end of
   backward), read by ``_grad_ivar()``. On a CPU ``decorate`` returns before any of it. 3.3.1's
   ``Optimizer.step`` and fleet's ``distributed_scaler`` take ``main_grad`` where it is not None,
-  else the gradient (:func:`grad_of` follows the same rule); ``MixPrecisionOptimizer`` takes
-  ``main_grad`` only; 2.6.2's ``Optimizer.step`` never reads it.
+  else the gradient (:func:`grad_of` follows the same rule), but ``Optimizer.step`` only for a
+  flat parameter list (with param groups it reads ``_grad_ivar()``) and ``main_grad`` only under
+  ``enable_tensor_fusion``; ``MixPrecisionOptimizer`` takes ``main_grad`` only; 2.6.2's
+  ``Optimizer.step`` never reads it. In dygraph ``Optimizer.minimize`` runs no backward and no
+  ``step``: it applies ``core.eager.get_all_grads`` (the ``_grad_ivar()`` of every parameter
+  that is not ``stop_gradient``, never ``main_grad``; both versions). Every ``step`` skips a
+  ``stop_gradient=True`` parameter (``trainable=False`` sets it), whose gradient
+  ``clear_grad()`` leaves in place; Paddle's ``GradScaler._unscale``
+  (``core.eager.get_grads_lists``) still takes it.
   (3.3.1's ``FLAGS_enable_tensor_fusion`` hook builds an auto-parallel tensor: on a plain
   dygraph parameter Paddle itself fails in it.)
 - ``HybridParallelOptimizer.step`` (fleet, both versions) reduces the gradients, then calls
