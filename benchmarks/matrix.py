@@ -219,7 +219,7 @@ def measure_model(spec: Dict[str, Any]) -> Dict[str, Any]:
     paddle_clip = paddle.nn.ClipGradByGlobalNorm(1.0)
     ours_clip = paddle.nn.ClipGradByGlobalNorm(1.0)
     pairs = [(p, p._grad_ivar()) for p in params]
-    clip = paired({"ours": lambda: clip_grads_(params, ours_clip), "paddle": lambda: paddle_clip(pairs)},
+    clip = paired({"ours": lambda: clip_grads_(pairs, ours_clip), "paddle": lambda: paddle_clip(pairs)},
                   steps=spec["steps"] * 4, repeats=spec["repeats"])
     stats = ratio_stats(clip, "ours", "paddle")
     stats["us_per_tensor_diff"] = (stats["ours_ms"] - stats["paddle_ms"]) * 1e3 / len(params)

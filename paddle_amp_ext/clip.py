@@ -14,6 +14,7 @@ from typing import Any, List, Optional, Union
 import paddle
 
 from . import _compat
+from .gradients import Pair, clippable
 
 GradClip = Union[float, int, "paddle.nn.ClipGradByGlobalNorm", "paddle.nn.ClipGradByNorm",
                  "paddle.nn.ClipGradByValue"]
@@ -43,16 +44,6 @@ def resolve_clip(grad_clip: Any) -> Any:
     return paddle.nn.ClipGradByGlobalNorm(value)
 
 
-def _clippable(params: List[paddle.Tensor]) -> List[tuple]:
-    """(param, grad) pairs Paddle's clips consider: a gradient, and ``need_clip`` not False."""
-    pairs = []
-    for param in params:
-        grad = _compat.grad_of(param)
-        if grad is not None and getattr(param, "need_clip", True) is not False:
-            pairs.append((param, grad))
-    return pairs
-
-
 def global_norm(grads: List[paddle.Tensor]) -> Optional[paddle.Tensor]:
     """sqrt(sum of squares) of all grads, accumulated in float32; a 1-element device tensor.
 
@@ -79,17 +70,19 @@ def scale_to_norm_(grads: List[paddle.Tensor], norm: paddle.Tensor, clip_norm: f
 
 
 @paddle.no_grad()
-def clip_grads_(params: List[paddle.Tensor], clip: Any) -> Optional[paddle.Tensor]:
-    """Clip the gradients of ``params`` in place by ``clip``; return their global norm before.
+def clip_grads_(pairs: List[Pair], clip: Any) -> Optional[paddle.Tensor]:
+    """Clip the gradients of ``pairs`` in place by ``clip``; return their global norm before.
 
     Args:
-        params: parameters whose ``_grad_ivar()`` is clipped (the tensors the optimizer reads).
+        pairs: (param, gradient) pairs, the gradients the step applies
+            (:func:`paddle_amp_ext.gradients.applied_grads`); ``need_clip=False`` ones are left
+            out of the norm and the clip, as Paddle's clips do.
         clip: a Paddle ClipGrad object (see :func:`resolve_clip`) or None (norm only).
 
     Returns:
         The unscaled global L2 norm before clipping, on the device, or None without grads.
     """
-    pairs = _clippable(params)
+    pairs = clippable(pairs)
     grads = [g for _, g in pairs]
     norm = global_norm(grads)
     if norm is None or clip is None:

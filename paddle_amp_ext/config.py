@@ -301,7 +301,16 @@ def validate_scaling(
     max_loss_scaling: object,
     max_consecutive_skips: object = None,
 ) -> None:
-    """Check the loss-scaling settings; shared by ``AmpConfig`` and ``GradScaler``."""
+    """Check the loss-scaling settings; shared by ``AmpConfig``, ``GradScaler``'s constructor,
+    ``set_init_loss_scaling`` and ``load_state_dict``.
+
+    The scale and its bounds must be real numbers (not bools or strings), finite and > 0 also as
+    a float32 (the loss scale is a float32 tensor: 1e39 would be inf there).
+
+    Raises:
+        TypeError: a value of the wrong type, naming it.
+        ValueError: a value out of range, naming it, the limit and the fix.
+    """
     init = _number("init_loss_scaling", init_loss_scaling)
     low = _number("min_loss_scaling", min_loss_scaling)
     high = _number("max_loss_scaling", max_loss_scaling)
@@ -309,6 +318,7 @@ def validate_scaling(
                         ("max_loss_scaling", high)):
         if value <= 0:
             raise ValueError(f"{name} must be > 0. Received: {name}={value!r}")
+        _check_float32_scale(name, value)
     if low > high:
         raise ValueError(
             f"min_loss_scaling ({low!r}) must not exceed max_loss_scaling ({high!r})."
@@ -336,6 +346,24 @@ def validate_scaling(
                 "max_consecutive_skips must be >= 1 or None. "
                 f"Received: max_consecutive_skips={max_consecutive_skips!r}"
             )
+
+
+#: The smallest value float32 rounds up to inf (the largest float32 plus half its last step).
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+#: Half the smallest float32 subnormal: a positive value at or below it is 0 in float32.
+_FLOAT32_UNDERFLOW = 2.0**-150
+
+
+def _check_float32_scale(name: str, value: float) -> None:
+    """The loss scale is a float32 tensor: a bound that is inf or 0 there scales every gradient
+    to inf (each step skipped) or to 0."""
+    if value >= _FLOAT32_OVERFLOW:
+        raise ValueError(f"{name}={value!r} is inf as a float32 (the loss scale is a float32 tensor, whose largest "
+                         f"value is {FLOAT32_MAX!r}): a scale there would make every scaled gradient inf and skip "
+                         f"every step. Use a value <= {FLOAT32_MAX!r} (max_loss_scaling's default).")
+    if value <= _FLOAT32_UNDERFLOW:
+        raise ValueError(f"{name}={value!r} is 0 as a float32 (the loss scale is a float32 tensor, whose smallest "
+                         f"positive value is {2.0**-149!r}): use a value >= 1.0 for a loss scale.")
 
 
 def _toml_value(value: Any) -> str:

@@ -58,8 +58,8 @@ def parse(path: Path) -> Any:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: refused by :func:`read_bytes`, not UTF-8, an unknown suffix, or unparsable
-            (the message names the file).
+        ValueError: refused by :func:`read_bytes`, not UTF-8, an unknown suffix, unparsable, or
+            a JSON object with a key given twice (the message names the file and the key).
     """
     name = str(path)
     raw = read_bytes(path)
@@ -72,11 +72,28 @@ def parse(path: Path) -> Any:
     if suffix not in (".json", ".toml"):
         raise ValueError(f"Config file {name!r} has suffix {suffix!r}; use .toml or .json.")
     try:
-        return json.loads(text) if suffix == ".json" else _load_toml(text)
+        return json.loads(text, object_pairs_hook=_unique_keys) if suffix == ".json" else _load_toml(text)
+    except _DuplicateKeyError as exc:
+        raise ValueError(f"Config file {name!r}: {exc}") from None
     except RecursionError:
         raise ValueError(f"Config file {name!r} is nested too deeply to be an AmpConfig.") from None
     except ValueError as exc:  # JSONDecodeError is a ValueError, and so are TOML errors here
         raise ValueError(f"Config file {name!r} is not valid {suffix[1:]}: {exc}") from None
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object as a dict, refusing a key given twice (JSON keeps the last silently; TOML refuses)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(f"key {key!r} is given twice (values {out[key]!r}, then {value!r}); JSON "
+                                     "would keep the last silently: keep one")
+        out[key] = value
+    return out
 
 
 def settings_table(data: Any) -> Any:

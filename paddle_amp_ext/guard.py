@@ -14,8 +14,12 @@ with no change to the loop::
     guard.remove()                       # or: with paddle_amp_ext.guard_optimizer(optimizer): ...
 
 The decision is :class:`GradScaler`'s own with loss scaling off (``skip_nonfinite``): the same
-gradients (``param.main_grad``, the float32 master gradient, where set), the same count, limit
+gradients (the ones the call applies, :mod:`paddle_amp_ext.gradients`: trainable parameters
+only, ``param.main_grad`` where the optimizer reads it), the same count, limit
 (``max_consecutive_skips``) and :class:`StepEvent` to the same hooks, after every guarded call.
+``optimizer.minimize(loss)`` is guarded too (in dygraph it runs no backward and no ``step()``:
+it applies the existing ``param.grad`` tensors of its ``parameters``, which is what it is judged by);
+a skipped ``minimize`` returns ``(None, None)``, as ``scaler.minimize`` does.
 
 Cost per step: one fused squared-norm kernel per gradient, and one device-to-host read of whether
 the norm is finite (a host sync per step, the one loss scaling makes anyway); with several
@@ -28,12 +32,13 @@ no sync; it is not used.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import paddle
 
 from . import _compat
 from .events import StepResult
+from .gradients import Pair, applied_grads
 from .scaler import GradScaler
 
 
@@ -44,6 +49,11 @@ class _GuardScaler(GradScaler):
         super().__init__(enable=False, skip_nonfinite=True, **kwargs)
         self.call: Optional[tuple] = None
         self.returned: Any = None
+        self.via = "step"  # or "minimize": which gradients the intercepted call applies
+        self.parameters: Optional[list] = None  # the parameters a guarded minimize() names
+
+    def _applied(self, optimizer: Any, parameters: Optional[list] = None) -> List[Pair]:
+        return applied_grads(optimizer, self.parameters if parameters is None else parameters, via=self.via)
 
     def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any) -> None:
         method, args, kwargs = self.call  # no clip of its own: fleet's step clips as it is built to
@@ -58,12 +68,20 @@ class _GuardScaler(GradScaler):
 class _GuardedCall:
     """What replaces the optimizer's method: the guarded call (``guard`` names its guard)."""
 
-    def __init__(self, guard: OptimizerGuard, original: Callable) -> None:
+    def __init__(self, guard: OptimizerGuard, original: Callable, via: str) -> None:
         self.guard = guard
         self.original = original
+        self.via = via
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.guard._call(self.original, args, kwargs)
+        return self.guard._call(self.original, args, kwargs, self.via)
+
+
+def _minimize_parameters(args: tuple, kwargs: dict) -> Optional[list]:
+    """The ``parameters`` of ``minimize(loss, startup_program, parameters, no_grad_set)``; None
+    for the optimizer's own (Paddle takes its own where the argument is empty)."""
+    parameters = kwargs["parameters"] if "parameters" in kwargs else (args[2] if len(args) > 2 else None)
+    return list(parameters) if parameters else None
 
 
 class OptimizerGuard:
@@ -83,16 +101,23 @@ class OptimizerGuard:
         self._settings = (max_consecutive_skips, on_collapse)
         self._optimizer = optimizer
         self._name = _compat.applying_method(optimizer)
-        self._previous = vars(optimizer).get(self._name)  # an instance attribute it replaces, if any
         self._inside = False
-        self._wrapper = _GuardedCall(self, getattr(optimizer, self._name))
-        setattr(optimizer, self._name, self._wrapper)
+        names = [self._name] + (["minimize"] if callable(getattr(optimizer, "minimize", None)) else [])
+        # name -> (the guarded call, the instance attribute it replaced, if any)
+        self._calls: Dict[str, tuple] = {}
+        for name in names:
+            wrapper = _GuardedCall(self, getattr(optimizer, name), "minimize" if name == "minimize" else "step")
+            self._calls[name] = (wrapper, vars(optimizer).get(name))
+            setattr(optimizer, name, wrapper)
+        self._wrapper: Optional[_GuardedCall] = self._calls[self._name][0]
 
-    def _call(self, original: Callable, args: tuple, kwargs: dict) -> Any:
+    def _call(self, original: Callable, args: tuple, kwargs: dict, via: str = "step") -> Any:
         if self._inside or self._wrapper is None:  # re-entered from the optimizer, or removed
             return original(*args, **kwargs)
         scaler = self._scaler
         scaler.call, scaler.returned = (original, args, kwargs), None
+        scaler.via = via
+        scaler.parameters = _minimize_parameters(args, kwargs) if via == "minimize" else None
         self._inside = True
         try:
             with paddle.no_grad():
@@ -102,9 +127,12 @@ class OptimizerGuard:
             raise
         finally:
             self._inside = False
-            scaler.call = None
+            scaler.call = scaler.parameters = None
+            scaler.via = "step"
         scaler.update()
         returned, scaler.returned = scaler.returned, None
+        if via == "minimize" and scaler.last_step_skipped:
+            return None, None  # what Paddle's and this package's scaler.minimize() return for a skipped step
         return returned
 
     # ------------------------------------------------------------------ lifetime
@@ -125,11 +153,12 @@ class OptimizerGuard:
         """
         if self._wrapper is None:
             return
-        if vars(self._optimizer).get(self._name) is self._wrapper:
-            if self._previous is None:
-                delattr(self._optimizer, self._name)
-            else:
-                setattr(self._optimizer, self._name, self._previous)
+        for name, (wrapper, previous) in self._calls.items():
+            if vars(self._optimizer).get(name) is wrapper:
+                if previous is None:
+                    delattr(self._optimizer, name)
+                else:
+                    setattr(self._optimizer, name, previous)
         self._wrapper = None
 
     def __enter__(self) -> OptimizerGuard:
@@ -234,12 +263,21 @@ class OptimizerGuard:
         return f"OptimizerGuard({state}, skipped_steps={self.skipped_steps})"
 
 
+def guard_of(optimizer: Any) -> Optional[OptimizerGuard]:
+    """The active :class:`OptimizerGuard` on ``optimizer``, or None (reads one attribute, no sync)."""
+    state = vars(optimizer) if hasattr(optimizer, "__dict__") else {}
+    current = getattr(state.get(_compat.applying_method(optimizer)), "guard", None)
+    return current if isinstance(current, OptimizerGuard) and current.active else None
+
+
 def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutive_skips: Optional[int] = None,
                     on_collapse: str = "warn") -> OptimizerGuard:
     """Guard ``optimizer`` in place: a step whose gradients hold inf/nan is not applied.
 
     Replaces ``optimizer.step`` on this object (``_step`` on fleet's ``HybridParallelOptimizer``,
-    which its ``step`` calls after reducing the gradients and the Trainers call directly), so
+    which its ``step`` calls after reducing the gradients and the Trainers call directly), and
+    ``optimizer.minimize`` (judged on the gradients before fleet's reduce there, agreed over
+    the ranks), so
     code that holds the optimizer needs no change: a Trainer's own ``optimizer.step()`` is
     guarded. ``state_dict()``, ``clear_grad()`` and every other attribute are untouched. Wraps
     any optimizer object with a ``step`` (fleet's ``MixPrecisionOptimizer`` too).
@@ -275,8 +313,8 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
     if not callable(getattr(optimizer, "step", None)) or not hasattr(optimizer, "__dict__"):
         raise TypeError(f"guard_optimizer() needs an optimizer with a step() method (and a __dict__ to "
                         f"replace it in). Received: {optimizer!r} (of type {type(optimizer).__name__})")
-    current = getattr(vars(optimizer).get(_compat.applying_method(optimizer)), "guard", None)
-    if isinstance(current, OptimizerGuard) and current.active:
+    current = guard_of(optimizer)
+    if current is not None:
         if current._settings != (max_consecutive_skips, on_collapse):
             raise ValueError(
                 f"The optimizer is already guarded with max_consecutive_skips={current._settings[0]!r}, "

@@ -148,11 +148,15 @@ def _checked_state(state: Mapping[str, Any], current: DynamicLossScale) -> Dict[
     def fail(key: str, error: Exception) -> Exception:
         return type(error)(f"Scaler state dict key {key!r}: {error}")
 
+    raw = state["scale"]
     try:
-        scale = np.asarray(state["scale"], dtype=np.float64).reshape(-1)
+        as_array = np.asarray(raw)
+        if as_array.dtype.kind not in "iuf":  # a str, bool or object is not a scale (np.asarray('1024') is)
+            raise TypeError(f"dtype {as_array.dtype}")
+        scale = as_array.astype(np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"Scaler state dict key 'scale' must be a number or a 1-element array. "
-                        f"Received: {state['scale']!r}") from exc
+        raise TypeError(f"Scaler state dict key 'scale' must be a number or a 1-element float array, as "
+                        f"GradScaler.state_dict() saves it. Received: {raw!r} (of type {type(raw).__name__})") from exc
     if scale.size != 1:
         raise ValueError(f"Scaler state dict key 'scale' must hold one value. Received: {state['scale']!r}")
     dynamic = state["use_dynamic_loss_scaling"]

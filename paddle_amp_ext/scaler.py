@@ -36,6 +36,7 @@ from .device import current_decision
 from .distributed import agree_found_inf, host_bool, layout_of, step_clipped
 from .errors import AmpOverflowError
 from .events import StepEvent, StepResult, call_optional
+from .gradients import Pair, applied_grads, grads_of
 from .lossscale import DynamicLossScale
 
 _SCALER_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_ratio=2.0, decr_ratio=0.5, incr_every_n_steps=2000,
@@ -57,9 +58,21 @@ def _parameters_of(optimizer: Any, parameters: Any) -> List[paddle.Tensor]:
     return params
 
 
-def _covers_every_grad(params: List[paddle.Tensor], clip: Any) -> bool:
-    """Whether a clip's global norm saw every gradient (no ``need_clip=False`` parameter)."""
-    return clip is not None and all(getattr(p, "need_clip", True) is not False for p in params)
+def _check_optimizer(optimizer: Any, method: str) -> None:
+    """TypeError for a model (or anything without ``step``) where the optimizer belongs."""
+    if isinstance(optimizer, paddle.nn.Layer):
+        raise TypeError(f"GradScaler.{method}() takes the optimizer, not the model: call scaler.{method}(optimizer) "
+                        f"with the paddle.optimizer that updates the model. Received: a {type(optimizer).__name__} "
+                        "layer")
+    if not callable(getattr(optimizer, "step", None)):
+        raise TypeError(f"GradScaler.{method}() takes an optimizer (an object with a step() method, such as "
+                        f"paddle.optimizer.AdamW). Received: {optimizer!r} (of type {type(optimizer).__name__})")
+
+
+def _covers_every_grad(pairs: List[Pair], judged: List[Pair], clip: Any) -> bool:
+    """Whether a clip's global norm saw every judged gradient (the same pairs, none ``need_clip=False``)."""
+    return (clip is not None and pairs is judged
+            and all(getattr(p, "need_clip", True) is not False for p, _ in pairs))
 
 
 class GradScaler(PaddleGradScaler):
@@ -275,9 +288,11 @@ class GradScaler(PaddleGradScaler):
         Raises:
             RuntimeError: called twice for this optimizer, or after ``step()``, before update().
         """
+        _check_optimizer(optimizer, "unscale_")
         if not self.is_enable():
             return
-        found = self._agree(_compat.unscale(self, optimizer), optimizer, unscaled=True)
+        grads = grads_of(self._applied(optimizer))
+        found = self._agree(_compat.unscale(self, optimizer, grads), optimizer, unscaled=True)
         _compat.set_found_flags(self, found=found)
         self._found_by_opt[id(optimizer)] = found
 
@@ -289,6 +304,11 @@ class GradScaler(PaddleGradScaler):
         if not self._sync_found_inf:
             return found
         return agree_found_inf(found, optimizer, scaler=self if unscaled else None)
+
+    def _applied(self, optimizer: Any, parameters: Optional[List[paddle.Tensor]] = None) -> List[Pair]:
+        """The (param, gradient) pairs the step applies (:mod:`paddle_amp_ext.gradients`); the
+        optimizer guard overrides it for a guarded ``minimize``."""
+        return applied_grads(optimizer, parameters)
 
     def _skip(self, optimizer: Any) -> bool:
         stage = _compat.optimizer_stage(self, optimizer)
@@ -308,7 +328,9 @@ class GradScaler(PaddleGradScaler):
 
         Args:
             optimizer: the Paddle optimizer.
-            parameters: whose gradients to clip; default: the optimizer's.
+            parameters: whose gradients to clip; default: the optimizer's. The inf/nan check
+                always covers every gradient the step applies (:mod:`paddle_amp_ext.gradients`:
+                trainable parameters, ``main_grad`` where the optimizer reads it).
             grad_clip: a float max global norm, or a ``paddle.nn.ClipGradByGlobalNorm`` /
                 ``ClipGradByNorm`` / ``ClipGradByValue``.
 
@@ -317,26 +339,32 @@ class GradScaler(PaddleGradScaler):
 
         Raises:
             RuntimeError: ``step`` twice for one optimizer before ``update()``.
-            TypeError, ValueError: a bad ``grad_clip``.
+            TypeError, ValueError: a bad ``grad_clip``; a model (or anything without ``step``)
+                passed as ``optimizer``; a ``main_grad`` that is not a float tensor of its
+                parameter's shape.
         """
         if self._static:
             return super().step(optimizer)
+        _check_optimizer(optimizer, "step")
         clip = resolve_clip(grad_clip)
         enabled = self.is_enable()
         needs_params = parameters is not None or clip is not None or self.record_grad_norm or not enabled
-        params = _parameters_of(optimizer, parameters) if needs_params else []  # off the plain path
+        judged: List[Pair] = self._applied(optimizer) if needs_params else []  # off the plain path
+        pairs = judged if parameters is None else self._applied(optimizer, _parameters_of(optimizer, parameters))
         scale_used = self._policy.scale if enabled else 1.0
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
         in_step = layout_of(optimizer).clips_in_step  # fleet reduces the gradients in step()
         if not skipped:
             if clip is not None and not in_step:
-                norm = clip_grads_(params, clip)
+                norm = clip_grads_(pairs, clip)
             if not enabled and self._skip_nonfinite:
-                skipped, judged = self._nonfinite(optimizer, params, norm, clip)
-                norm = None if in_step else judged  # before fleet's reduce: not the global norm
+                reuse = norm if _covers_every_grad(pairs, judged, clip) else None
+                skipped, judged_norm = self._nonfinite(optimizer, judged, reuse)
+                if norm is None:  # else the clip's norm (of the gradients it clipped) is the one reported
+                    norm = None if in_step else judged_norm  # before fleet's reduce: not the global norm
             elif norm is None and self.record_grad_norm and not in_step:
-                norm = global_norm(list(_compat.iter_grads(params)))
+                norm = global_norm(grads_of(pairs))
             if not skipped:
                 stepped_norm = self._apply_step(optimizer, in_step, clip, parameters)
                 if in_step:  # the clip ran where fleet runs its own: the global norm
@@ -371,13 +399,14 @@ class GradScaler(PaddleGradScaler):
         optimizer.step()
         return None
 
-    def _nonfinite(self, optimizer: Any, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any
+    def _nonfinite(self, optimizer: Any, judged: List[Pair], norm: Optional[paddle.Tensor]
                    ) -> Tuple[bool, Optional[paddle.Tensor]]:
         """(whether any rank's gradient is inf/nan, the norm it was judged by): one fused norm
-        per gradient, the flag agreed over the ranks (one collective when distributed, also by a
-        rank without gradients) and one host read; the clip's norm is reused when it covered all."""
-        if norm is None or not _covers_every_grad(params, clip):
-            norm = global_norm(list(_compat.iter_grads(params)))
+        per gradient the step applies (``judged``), the flag agreed over the ranks (one
+        collective when distributed, also by a rank without gradients) and one host read;
+        ``norm``, a clip's norm of the same gradients, is reused."""
+        if norm is None:
+            norm = global_norm(grads_of(judged))
         found = paddle.to_tensor([False]) if norm is None else paddle.logical_not(paddle.isfinite(norm))
         return host_bool(self._agree(found, optimizer)), norm
 
@@ -406,13 +435,14 @@ class GradScaler(PaddleGradScaler):
         """
         if self._static:
             return super().minimize(optimizer, *args, **kwargs)
+        _check_optimizer(optimizer, "minimize")
         enabled = self.is_enable()
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
         if not enabled and self._skip_nonfinite:
-            skipped, norm = self._nonfinite(optimizer, _compat.optimizer_parameters(optimizer), None, None)
+            skipped, norm = self._nonfinite(optimizer, self._applied(optimizer), None)
         elif self.record_grad_norm and not skipped:
-            norm = global_norm(list(_compat.iter_grads(_compat.optimizer_parameters(optimizer))))
+            norm = global_norm(grads_of(self._applied(optimizer)))
         out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)
         self._close_step(skipped)
         self._last_result = StepResult(skipped, self._policy.scale if enabled else 1.0, norm)

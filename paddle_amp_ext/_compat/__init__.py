@@ -10,8 +10,8 @@ code):
   (GPU-only, XPU-only, fused), for validating custom op lists.
 - :mod:`.scaler`: ``paddle.amp.GradScaler`` internals (``_unscale``, the per-optimizer states,
   the flags Paddle programs read after ``step()``).
-- :mod:`.optimizer`: optimizer parameters, gradient tensors (``main_grad`` where set), the
-  method that applies an update, fused norm kernels, hapi's scaler.
+- :mod:`.optimizer`: optimizer parameters, gradient tensors (which optimizer reads
+  ``main_grad``), the method that applies an update, fused norm kernels, hapi's scaler.
 - :mod:`.fleet`: fleet's optimizer wrappers, its clips (how it reduces the global norm),
   stage 2/3's markers, the scalers it patches.
 - :mod:`.layers`: how Paddle's layers reach their kernels on a GPU (the conv functions, ``F.linear``,
@@ -31,7 +31,6 @@ from .optimizer import (
     applying_method,
     grad_of,
     hapi_scaler,
-    iter_grads,
     multiply_inplace,
     optimizer_parameters,
     squared_l2_norm,
@@ -84,7 +83,6 @@ __all__ = [
     "in_static_mode",
     "init_scaler_state",
     "is_static_value",
-    "iter_grads",
     "mark_stepped",
     "master_grad_hook_due",
     "multiply_inplace",

@@ -4,7 +4,8 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 
 - ``Tensor._grad_ivar()``: the gradient tensor the optimizer really reads (``Tensor.grad`` is a
   copy-on-access view on both versions, so in-place clipping must go through this).
-- ``param.main_grad``: the float32 master gradient. Fleet's ``MixPrecisionLayer``
+- ``param.main_grad``: the float32 master gradient (which optimizer reads it:
+  :func:`main_grad_rule`). Fleet's ``MixPrecisionLayer``
   (``paddle.distributed.fleet.utils.mix_precision_utils``, PaddleNLP's and PaddleFormers'
   ``amp_master_grad=True``) sets it to None on every parameter it wraps and, from a gradient hook,
   accumulates each gradient into it as float32 and clears ``param.grad``. On 3.3.1 so does
@@ -13,8 +14,15 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   gradient is a float32 ``param.grad`` instead (``core.eager.set_master_grads`` at the end of
   backward), read by ``_grad_ivar()``. On a CPU ``decorate`` returns before any of it. 3.3.1's
   ``Optimizer.step`` and fleet's ``distributed_scaler`` take ``main_grad`` where it is not None,
-  else the gradient (:func:`grad_of` follows the same rule); ``MixPrecisionOptimizer`` takes
-  ``main_grad`` only; 2.6.2's ``Optimizer.step`` never reads it.
+  else the gradient (:func:`grad_of` follows the same rule), but ``Optimizer.step`` only for a
+  flat parameter list (with param groups it reads ``_grad_ivar()``) and ``main_grad`` only under
+  ``enable_tensor_fusion``; ``MixPrecisionOptimizer`` takes ``main_grad`` only; 2.6.2's
+  ``Optimizer.step`` never reads it. In dygraph ``Optimizer.minimize`` runs no backward and no
+  ``step``: it applies ``core.eager.get_all_grads`` (the ``_grad_ivar()`` of every parameter
+  that is not ``stop_gradient``, never ``main_grad``; both versions). Every ``step`` skips a
+  ``stop_gradient=True`` parameter (``trainable=False`` sets it), whose gradient
+  ``clear_grad()`` leaves in place; Paddle's ``GradScaler._unscale``
+  (``core.eager.get_grads_lists``) still takes it.
   (3.3.1's ``FLAGS_enable_tensor_fusion`` hook builds an auto-parallel tensor: on a plain
   dygraph parameter Paddle itself fails in it.)
 - ``HybridParallelOptimizer.step`` (fleet, both versions) reduces the gradients, then calls
@@ -29,9 +37,11 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import paddle
+
+from .tracer import PADDLE_VERSION
 
 if TYPE_CHECKING:
     from paddle import Tensor
@@ -45,19 +55,56 @@ def optimizer_parameters(optimizer: Any) -> list[Tensor]:
 
 
 def grad_of(param: Tensor) -> Tensor | None:
-    """The gradient tensor the optimizer applies: ``param.main_grad`` (the float32 master
-    gradient) where it is set, else ``param._grad_ivar()``; in-place changes to it reach the
-    update. None without a gradient."""
+    """``param.main_grad`` (the float32 master gradient) where it is set, else
+    ``param._grad_ivar()`` (None without a gradient): one parameter's gradient by 3.3.1's
+    ``Optimizer.step`` rule, for tests and scripts that poke a gradient. Which gradient a step
+    applies, for which parameters, is :mod:`paddle_amp_ext.gradients`' to say."""
     main = getattr(param, "main_grad", None)
     return main if main is not None else param._grad_ivar()
 
 
-def iter_grads(params: list[Tensor]) -> Iterator[Tensor]:
-    """The :func:`grad_of` of every parameter that has one."""
-    for param in params:
-        grad = grad_of(param)
-        if grad is not None:
-            yield grad
+#: How an optimizer picks a parameter's gradient (:func:`main_grad_rule`).
+MAIN_GRAD_FIRST, MAIN_GRAD_ONLY, MAIN_GRAD_NEVER = "main_grad, else grad", "main_grad only", "grad only"
+_MIX_PRECISION_MODULE = "paddle.distributed.fleet.utils.mix_precision_utils"
+
+
+def main_grad_rule(optimizer: Any, via: str = "step") -> str:
+    """Which gradient ``optimizer.step()`` (``via="step"``) or ``optimizer.minimize()``
+    (``via="minimize"``) applies: one of :data:`MAIN_GRAD_FIRST`, :data:`MAIN_GRAD_ONLY`,
+    :data:`MAIN_GRAD_NEVER` (see the module docstring for the versions).
+
+    Fleet's wrappers are followed down (``_inner_opt``/``_optim``) to the first that decides:
+    ``MixPrecisionOptimizer`` (main_grad only), or a Paddle ``Optimizer``. An object that is
+    neither gets :data:`MAIN_GRAD_FIRST` (fleet's ``distributed_scaler``'s rule).
+    """
+    if via == "minimize":
+        return MAIN_GRAD_NEVER
+    mix = getattr(sys.modules.get(_MIX_PRECISION_MODULE), "MixPrecisionOptimizer", None)
+    opt, seen = optimizer, set()
+    while opt is not None and id(opt) not in seen:
+        seen.add(id(opt))
+        if mix is not None and isinstance(opt, mix):
+            return MAIN_GRAD_ONLY
+        if isinstance(opt, paddle.optimizer.Optimizer):
+            if PADDLE_VERSION < (3, 0, 0):
+                return MAIN_GRAD_NEVER
+            groups = getattr(opt, "_param_groups", None)
+            if groups and isinstance(groups[0], dict):
+                return MAIN_GRAD_NEVER
+            return MAIN_GRAD_ONLY if getattr(opt, "enable_tensor_fusion", False) else MAIN_GRAD_FIRST
+        state = vars(opt) if hasattr(opt, "__dict__") else {}
+        opt = state.get("_inner_opt") or state.get("_optim")
+    return MAIN_GRAD_FIRST
+
+
+def main_grad_value(param: Tensor) -> Any:
+    """``param.main_grad`` as set (None where absent)."""
+    return getattr(param, "main_grad", None)
+
+
+def grad_ivar(param: Tensor) -> Tensor | None:
+    """The gradient tensor Paddle's optimizer reads (``_grad_ivar()``; in-place changes reach it)."""
+    return param._grad_ivar()
 
 
 _HYBRID_MODULE = "paddle.distributed.fleet.meta_optimizers.dygraph_optimizer.hybrid_parallel_optimizer"

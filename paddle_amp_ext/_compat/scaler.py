@@ -6,9 +6,11 @@ and ``_optimizer_states`` (the per-optimizer INIT/UNSCALED/STEPPED state). Paddl
 of them when the scaler is disabled (no bypass in its constructor), so :func:`init_scaler_state`
 builds them for both versions. :func:`unscale` runs ``_unscale``'s own kernel,
 ``_legacy_C_ops.check_finite_and_unscale`` (one launch per gradient dtype, OR-ed by
-``_C_ops.bitwise_or``), on the gradients :func:`.optimizer.grad_of` names where a parameter has
-a ``main_grad`` (Paddle's ``_unscale`` reads ``_grad_ivar()`` only, so it never sees one), and
-Paddle's ``_unscale`` itself elsewhere. Fleet replaces ``_unscale`` on
+``_C_ops.bitwise_or``), on the gradients the caller names (the ones the step applies:
+:mod:`paddle_amp_ext.gradients`; Paddle's ``_unscale`` reads every ``_grad_ivar()``, frozen
+parameters' too, and never a ``main_grad``) on a GPU, and on a CPU the CUDA kernel's arithmetic
+(:func:`unscale_as_cuda`: Paddle's CPU kernel zeroes every tensor from the first non-finite one
+on). Fleet replaces ``_unscale`` on
 the scaler instance (``fleet.distributed_scaler``, ``GroupShardedScaler``, and
 ``mix_precision_utils.MixPrecisionScaler``, which stores found_inf as a Python int and keeps no
 optimizer state); that replacement then runs instead. After ``step()``/``minimize()`` Paddle sets a cached found_inf
@@ -24,8 +26,6 @@ from typing import TYPE_CHECKING, Any, Iterable
 import paddle
 from paddle import _C_ops, _legacy_C_ops
 from paddle.amp.grad_scaler import OptimizerState, _refresh_optimizer_state
-
-from .optimizer import iter_grads, optimizer_parameters
 
 if TYPE_CHECKING:
     from paddle import Tensor
@@ -67,16 +67,18 @@ def scaler_scale_tensor(scaler: Any) -> Tensor:
     return scaler._scale
 
 
-def unscale(scaler: Any, optimizer: Any) -> Any:
-    """Divide the optimizer's gradients by the scale in place; return found_inf.
+def unscale(scaler: Any, optimizer: Any, grads: list[Tensor]) -> Any:
+    """Divide ``grads`` (the gradients the optimizer's step applies) by the scale in place;
+    return found_inf.
 
-    The gradients are :func:`.optimizer.grad_of`'s (``main_grad`` where set), checked and divided
-    by Paddle's ``check_finite_and_unscale`` kernel (Paddle's ``_unscale`` itself where no
-    parameter has a ``main_grad``); where fleet replaced ``_unscale`` on this scaler, that runs
-    instead. found_inf is a device flag, or the Python int fleet's
-    ``MixPrecisionScaler`` stores (it read the flag back to the host itself). The optimizer is
-    marked UNSCALED also when fleet's ``_unscale`` ran (``fleet.distributed_scaler``,
-    ``GroupShardedScaler``: theirs leaves the state alone, so ``step()`` would unscale again).
+    On a GPU (any place but the CPU) by Paddle's ``check_finite_and_unscale`` kernel, as
+    ``_unscale`` groups them; on the CPU by :func:`unscale_as_cuda` (the CUDA kernel's
+    arithmetic, not the CPU kernel's). Where fleet replaced ``_unscale`` on this scaler, that
+    runs instead, on the gradients it collects itself. found_inf is a device flag, or the
+    Python int fleet's ``MixPrecisionScaler`` stores (it read the flag back to the host itself).
+    The optimizer is marked UNSCALED also when fleet's ``_unscale`` ran
+    (``fleet.distributed_scaler``, ``GroupShardedScaler``: theirs leaves the state alone, so
+    ``step()`` would unscale again).
 
     Raises:
         RuntimeError: Paddle's message, when the optimizer was already unscaled or stepped
@@ -87,19 +89,49 @@ def unscale(scaler: Any, optimizer: Any) -> Any:
         raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
     if state["state"] is OptimizerState.STEPPED:
         raise RuntimeError("unscale_() is being called after step().")
-    params = optimizer_parameters(optimizer)
     if "_unscale" in vars(scaler):  # fleet's, bound to this instance
         scaler._unscale(optimizer)
-    elif any(getattr(param, "main_grad", None) is not None for param in params):
-        scaler._found_inf = _check_finite_and_unscale(scaler, iter_grads(params))
-    else:  # Paddle's own: the same kernels, the gradients collected in C++
-        scaler._unscale(optimizer)
+    elif grads and grads[0].place.is_cpu_place():
+        scaler._found_inf = unscale_as_cuda(grads, scaler._scale)
+    else:
+        scaler._found_inf = _check_finite_and_unscale(scaler, grads)
     state["state"] = OptimizerState.UNSCALED
     return scaler._found_inf
 
 
+@paddle.no_grad()
+def unscale_as_cuda(grads: Iterable[Tensor], scale: Tensor) -> Tensor:
+    """``check_finite_and_unscale`` as Paddle's CUDA kernel computes it, in place; found_inf.
+
+    The CUDA kernel (``paddle/phi/kernels/gpu/amp_kernel.cu``, read, not run: no GPU here)
+    multiplies every element of every tensor by ``1 / scale`` (the reciprocal in float32, the
+    product in float32 for float16/bfloat16/float32 gradients and rounded to the gradient's
+    dtype, in float64 for float64 ones) and sets found_inf where a result is not finite. The CPU
+    kernel (``paddle/phi/kernels/cpu/amp_kernel.cc``) instead multiplies by 0 the first tensor
+    holding inf/nan and every tensor after it; that is never what a GPU step leaves behind.
+
+    Costs a few kernels per gradient (multiply, finite test) and no device-to-host read.
+    """
+    inverse = paddle.reciprocal(scale.astype("float32")).reshape([1])
+    by_dtype: dict = {}
+    found = paddle.to_tensor([False])
+    for grad in grads:
+        dtype = grad.dtype
+        if dtype in (paddle.float32, paddle.float64):
+            factor = by_dtype.get(dtype)
+            if factor is None:
+                factor = by_dtype[dtype] = (inverse if dtype == paddle.float32
+                                            else paddle.reciprocal(scale.astype("float64")).reshape([1]))
+            _C_ops.multiply_(grad, factor)
+        else:  # float16 / bfloat16: the product in float32, rounded to the gradient's dtype
+            paddle.assign((grad.astype("float32") * inverse).astype(dtype), output=grad)
+        found = paddle.logical_or(found, paddle.logical_not(paddle.isfinite(grad).all()).reshape([1]))
+    return found
+
+
 def _check_finite_and_unscale(scaler: Any, grads: Iterable[Tensor]) -> Tensor:
-    """Paddle's ``_unscale`` arithmetic: one kernel per float16 / bfloat16 / other group."""
+    """Paddle's ``_unscale`` arithmetic: one ``check_finite_and_unscale`` launch per float16 /
+    bfloat16 / other group, the flags OR-ed."""
     fp16: list = []
     bf16: list = []
     other: list = []

@@ -2,10 +2,15 @@
 
 A found_inf flag is a device tensor (bool or int) or a Python number: fleet's
 ``MixPrecisionScaler`` stores a Python int, after reading the flag back to the host itself.
+:func:`checked_flag` says what a flag may be, for :func:`agree_found_inf` and :func:`host_bool`:
+a bool, int or float (Python or numpy) or a paddle.Tensor of one element (bool, int or float),
+true when it is not 0, so a NaN flag (a non-finite value) and 0.5 count as found.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -16,6 +21,47 @@ from .._compat import fleet as _fleet
 Flag = Union[paddle.Tensor, bool, int, float]
 
 
+_FLAG_FIX = ("pass the step's found_inf: a bool, a number, or a 1-element paddle.Tensor such as "
+             "paddle.logical_not(paddle.isfinite(norm))")
+
+
+def checked_flag(flag: Any) -> Flag:
+    """``flag`` as a found_inf flag: an int or bool as given, a float as a bool (nonzero), a tensor
+    as a bool tensor of its one element.
+
+    Nonzero is found, NaN included (NaN != 0). Host metadata only (type, dtype, shape): no sync,
+    no collective.
+
+    Raises:
+        TypeError: not a bool, int, float (Python or numpy) or paddle.Tensor, or a tensor that
+            is not bool, int or float.
+        ValueError: a tensor that does not hold exactly one element (a per-tensor flag of
+            several must be reduced first: ``paddle.any(flags)``).
+    """
+    if isinstance(flag, paddle.Tensor):
+        if flag.dtype != paddle.bool and not (flag.is_floating_point() or _is_integer(flag)):
+            raise TypeError(f"A found_inf flag tensor must be bool, int or float. Received a tensor of dtype "
+                            f"{flag.dtype}: {_FLAG_FIX}.")
+        elements = math.prod(flag.shape)
+        if elements != 1:
+            raise ValueError(f"A found_inf flag must hold exactly one element. Received a tensor of shape "
+                             f"{list(flag.shape)} ({elements} elements): reduce it first (paddle.any(flags)) or "
+                             f"{_FLAG_FIX}.")
+        return flag if flag.dtype == paddle.bool else flag != 0
+    if isinstance(flag, (bool, np.bool_)):
+        return bool(flag)
+    if isinstance(flag, numbers.Integral):  # as stored (fleet's MixPrecisionScaler keeps an int)
+        return flag
+    if isinstance(flag, numbers.Real):  # float, numpy floats: NaN != 0 counts as found
+        return bool(flag != 0)
+    raise TypeError(f"A found_inf flag must be a bool, int, float or a 1-element paddle.Tensor. Received: "
+                    f"{flag!r} (of type {type(flag).__name__}): {_FLAG_FIX}.")
+
+
+def _is_integer(tensor: paddle.Tensor) -> bool:
+    return tensor.dtype in (paddle.int8, paddle.int16, paddle.int32, paddle.int64, paddle.uint8)
+
+
 def host_bool(flag: Flag) -> bool:
     """The one device-to-host read of a step (robust to numpy >= 2.4's scalar rules).
 
@@ -24,7 +70,11 @@ def host_bool(flag: Flag) -> bool:
 
     Returns:
         The flag as a Python bool (a tensor costs one device-to-host sync).
+
+    Raises:
+        TypeError, ValueError: not a found_inf flag (:func:`checked_flag`).
     """
+    flag = checked_flag(flag)
     if isinstance(flag, paddle.Tensor):
         return bool(np.asarray(flag.numpy()).reshape(-1)[0])
     return bool(flag)
@@ -69,7 +119,8 @@ def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] 
     pipeline parallel), so no rank can skip while another enters a reduce and waits for it.
 
     Args:
-        flag: this rank's bool flag (a 1-element device tensor), True when a gradient is inf/nan.
+        flag: this rank's flag, True when a gradient is inf/nan: a 1-element bool, int or float device
+            tensor, or a Python or numpy number (:func:`checked_flag`; nonzero and NaN are found).
         optimizer: the optimizer about to step (any of Paddle's or fleet's); kept so a caller
             states which step the decision is for. Every fleet wrapper steps collectively over
             the world, so it does not change the group today.
@@ -79,8 +130,13 @@ def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] 
             collective runs.
 
     Returns:
-        A bool tensor with the same value on every rank.
+        A bool tensor with the same value on every rank (a Python bool alone).
+
+    Raises:
+        TypeError, ValueError: ``flag`` is not a found_inf flag (:func:`checked_flag`: a wrong
+            type, or a tensor of other than one element), before any collective.
     """
+    flag = checked_flag(flag)
     del optimizer  # see Args: the world is the group for every optimizer
     if scaler is not None and _fleet.unscale_reduces_found_inf(scaler):
         return flag

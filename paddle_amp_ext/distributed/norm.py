@@ -25,6 +25,7 @@ import paddle
 from .. import _compat
 from .._compat import fleet as _fleet
 from ..clip import scale_to_norm_
+from ..gradients import clippable
 from .layout import layout_of
 
 
@@ -47,7 +48,7 @@ class GroupShardedNormClip:
 
     @paddle.no_grad()
     def __call__(self, params_grads: list) -> list:
-        pairs = [(p, g) for p, g in params_grads if g is not None and getattr(p, "need_clip", True) is not False]
+        pairs = clippable(params_grads)  # fleet passes the pairs its step applies
         sliced = _sum_of_squares([g for p, g in pairs if not _fleet.is_unsliced(p)])
         paddle.distributed.all_reduce(sliced, group=self._group)
         self.norm = paddle.sqrt(sliced + _sum_of_squares([g for p, g in pairs if _fleet.is_unsliced(p)]))

@@ -57,7 +57,9 @@ class AmpCallback(TrainerCallback):
     step the callback guards its optimizer with :func:`paddle_amp_ext.guard_optimizer` (a step
     whose gradients hold inf/nan is not applied, and is counted), makes its LR scheduler's
     ``step`` hold on a skipped step (as the Trainer does itself with a scaler) and attaches the
-    hook to the guard; both are undone at the end of training. ``amp/loss`` is not logged there
+    hook to the guard; both are undone at the end of training. A guard the user put on the
+    optimizer before is used as it is (its settings kept) and left in place at the end: only
+    the hook and the scheduler hold the callback added are removed. ``amp/loss`` is not logged there
     (no scaler sees the loss).
 
     Args:
@@ -77,20 +79,24 @@ class AmpCallback(TrainerCallback):
         check_flush_bounds(flush_every, flush_secs)
         self.logdir, self.flush_every, self.flush_secs, self.guard = logdir, flush_every, flush_secs, guard
         self.hook: Any = None
-        self.optimizer_guard: Any = None  # the guard this callback put on the Trainer's optimizer
+        self.optimizer_guard: Any = None  # the guard on the Trainer's optimizer (this callback's or the user's)
+        self._owns_guard = False  # whether this callback installed it (and so removes it at train end)
         self._source: Any = None  # the scaler or guard the hook is attached to
         self._held: Any = None  # (scheduler, its replaced step) while held
 
     def on_optimizer_begin(self, args: Any, state: Any, control: Any, scaler: Any = None, **kwargs: Any) -> None:
         if scaler is None:
             optimizer = kwargs.get("optimizer")
-            if not self.guard or optimizer is None or (self.optimizer_guard is not None
+            if not self.guard or optimizer is None or (self.hook is not None and self.optimizer_guard is not None
+                                                       and self._source is self.optimizer_guard
                                                        and self.optimizer_guard.optimizer is optimizer):
-                return
-            from ..guard import guard_optimizer
+                return  # guarded and attached already in this training
+            from ..guard import guard_of, guard_optimizer
 
             self._end_guard()
-            self.optimizer_guard = guard_optimizer(optimizer)
+            users = guard_of(optimizer)  # a guard the user installed is used as it is, and left in place
+            self._owns_guard = users is None
+            self.optimizer_guard = users if users is not None else guard_optimizer(optimizer)
             if kwargs.get("lr_scheduler") is not None:
                 self._hold(kwargs["lr_scheduler"], self.optimizer_guard)
             self._attach(self.optimizer_guard, args)
@@ -127,8 +133,9 @@ class AmpCallback(TrainerCallback):
         self._held = (scheduler, step)
 
     def _end_guard(self) -> None:
-        if self.optimizer_guard is not None:
+        if self.optimizer_guard is not None and self._owns_guard:
             self.optimizer_guard.remove()
+        self._owns_guard = False
         if self._held is not None:
             scheduler, step = self._held
             if vars(scheduler).get("step") is step:

@@ -27,6 +27,7 @@ import numpy as np
 import paddle
 
 from ..config import AmpConfig
+from ..gradients import grad_pairs
 from .doctor import LIMITS, _check_model, _Recorder, measure
 from .emulation import fp16_emulation
 
@@ -111,10 +112,8 @@ class Advice:
 
 def _grad_range(model: Any) -> Tuple[float, float]:
     low, high = math.inf, 0.0
-    for param in model.parameters():
-        if param.grad is None:
-            continue
-        g = np.abs(param.grad.numpy().astype(np.float64))
+    for _, grad in grad_pairs(model.parameters()):  # trainable ones; main_grad where set
+        g = np.abs(grad.numpy().astype(np.float64))
         nonzero = g[g > 0]
         if nonzero.size:
             low, high = min(low, float(nonzero.min())), max(high, float(nonzero.max()))
