@@ -15,6 +15,7 @@ imported the module's package, and ``sys.orig_argv`` (3.10+) holds the command l
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import threading
 from typing import List, Optional
@@ -62,8 +63,12 @@ def complete() -> None:
 
 
 def deferred_getattr(name: str) -> object:
-    """The deferred package's ``__getattr__``: completes the package, then looks ``name`` up."""
+    """The deferred package's ``__getattr__``: a submodule is imported (no completion: the
+    package's own ``from . import configfile`` asks for it so); any other name completes the
+    package, then is looked up."""
     if name == "__all__" or not name.startswith("__"):
+        if importlib.util.find_spec(f"{_PACKAGE}.{name}") is not None:  # a submodule (``from . import x``)
+            return importlib.import_module(f"{_PACKAGE}.{name}")  # what it imports, it imports
         complete()
         namespace = vars(sys.modules[_PACKAGE])
         if name in namespace:
