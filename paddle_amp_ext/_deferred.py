@@ -9,18 +9,21 @@ first asks the package for a name. A false "starting" (another ``-m`` module nam
 ``paddle_amp_ext.run`` on the command line) only delays the imports: every name still resolves.
 
 Relies on CPython's start-up: under ``-m``, ``sys.argv[0]`` is ``"-m"`` until :mod:`runpy` has
-imported the module's package, and ``sys.orig_argv`` (3.10+) holds the command line.
+imported the module's package, and ``sys.orig_argv`` (3.10+) holds the command line; a console
+script's ``sys.argv[0]`` is its own path while it imports its entry point.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import threading
 from typing import List, Optional
 
 RUN_MODULE = "paddle_amp_ext.run"
+RUN_SCRIPTS = ("paddle-amp-run", "paddle-amp-run-script.py", "paddle-amp-run.exe")
 _PACKAGE = "paddle_amp_ext"
 _lock = threading.RLock()
 _state = {"deferred": False, "completed": False}
@@ -42,12 +45,16 @@ def _module_of(argv: List[str]) -> Optional[str]:
 
 
 def starting_run() -> bool:
-    """True while ``python -m paddle_amp_ext.run`` imports the package, before completion; the
-    package then defers its imports (see the module docstring)."""
+    """True while ``python -m paddle_amp_ext.run`` (or the ``paddle-amp-run`` console script)
+    imports the package, before completion; the package then defers its imports (see the module
+    docstring)."""
     with _lock:
-        if _state["completed"] or sys.argv[:1] != ["-m"]:
+        if _state["completed"] or not sys.argv:
             return False
-        deferred = _module_of(list(getattr(sys, "orig_argv", ()))) == RUN_MODULE
+        if sys.argv[0] == "-m":
+            deferred = _module_of(list(getattr(sys, "orig_argv", ()))) == RUN_MODULE
+        else:  # the console script, which imports paddle_amp_ext.cli.run before argv[0] is touched
+            deferred = os.path.basename(sys.argv[0]) in RUN_SCRIPTS
         _state["deferred"] = _state["deferred"] or deferred
         return deferred
 

@@ -67,6 +67,18 @@ def test_the_scripts_first_line_runs_before_paddle_is_imported(tmp_path, first):
     assert [(s["steps"], s["skipped"]) for s in summary["scalers"]] == [(2, 0)]
 
 
+@pytest.mark.slow
+def test_the_console_script_leaves_the_import_order_alone_too(tmp_path):
+    launcher = os.path.join(os.path.dirname(sys.executable), "paddle-amp-run")
+    if not os.path.exists(launcher):
+        pytest.skip(f"no console script at {launcher} (the package is not installed in this interpreter)")
+    (tmp_path / "train.py").write_text("import sys\nprint('LOADED', 'paddle' in sys.modules)\nimport paddle\n" + STEP)
+    proc = subprocess.run([launcher, "--no-log", "--json", "train.py"], capture_output=True, text=True, timeout=240,
+                          cwd=tmp_path, env=ENV)
+    assert "LOADED False" in proc.stdout.splitlines()
+    assert [(s["steps"], s["skipped"]) for s in _summary(proc)["scalers"]] == [(2, 0)]
+
+
 PNG_SCRIPT = """
 import sys
 from concurrent.futures import ThreadPoolExecutor
