@@ -130,8 +130,9 @@ def full_config(path: str, table: Any) -> Any:
 
 
 def check_emulate(emulate: Optional[str], config: Any, path: Optional[str]) -> None:
-    """Raise UsageError when ``--emulate`` names another dtype than the config's ``dtype`` key."""
-    if emulate and config is not None and "dtype" in config.given and config.dtype != emulate:
+    """Raise UsageError when ``--emulate`` names another dtype than the config's ``dtype`` key
+    (``"auto"`` leaves the choice open: ``--emulate`` makes it)."""
+    if emulate and config is not None and "dtype" in config.given and config.dtype not in (emulate, "auto"):
         raise UsageError(f"--emulate {emulate} conflicts with dtype = {config.dtype!r} in the config {path!r}: "
                          f"rehearse the dtype the config trains in (--emulate {config.dtype}), or change the "
                          "config's dtype.")
