@@ -8,6 +8,15 @@ the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). At e
 skipped steps, loss-scale range, where the logs are) goes to stderr, or as JSON to stdout with
 ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
+
+The script's import order is its own: ``run`` does not import paddle; the routing is put in
+place when the script first imports paddle (:mod:`paddle_amp_ext.importwatch`). So ``--config``
+is checked up front except its op names, which need Paddle's op registry and are checked at that
+import (a bad one stops the script there, exit 2, with the message ``AmpConfig.from_file`` gives).
+``--logdir`` is made absolute before the script starts (an ``os.chdir`` in it moves nothing).
+Only the process that started prints the summary (a child the script forks returns here too);
+scalers built in threads are routed and counted; children started with ``multiprocessing`` are
+not counted, and a summary without a scaler says so when the script started any.
 """
 
 from __future__ import annotations
