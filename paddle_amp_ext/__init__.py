@@ -14,89 +14,94 @@ __version__ = "0.1.0"
 # custom-op builds, so it is hidden here (narrowly, by its message).
 _warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
-try:
-    import paddle as _paddle  # noqa: F401
-except ImportError as _exc:  # pragma: no cover - exercised by a subprocess test
-    raise ImportError(
-        "paddle-amp-ext needs PaddlePaddle, which is not installed. Install it with the extra "
-        "for your machine: pip install 'paddle-amp-ext[gpu]' (paddlepaddle-gpu) or "
-        "'paddle-amp-ext[cpu]' (paddlepaddle); in the official Paddle Docker image it is "
-        "already there."
-    ) from _exc
+from . import _deferred
 
-from . import debugging
-from .autocast import auto_cast, decorate, is_bfloat16_supported, is_float16_supported
-from .config import AmpConfig
-from .device import probe
-from .errors import AmpOverflowError, AmpUnsupportedError
-from .events import StepEvent, StepResult
-from .gate import AmpDecision, DeviceInfo, decide
-from .guard import OptimizerGuard, guard_optimizer
-from .integrations import hapi_amp_configs, route, routed, unroute
-from .keep import keep_fp32
-from .legacy import AmpScaler, amp_decorate, amp_guard
-from .rehearsal import OverflowWatch, advise, find_overflow, fp16_emulation, rehearse
-from .scaler import GradScaler
+if _deferred.starting_run():  # python -m paddle_amp_ext.run: the script imports paddle first (issue 30)
+    __getattr__ = _deferred.deferred_getattr
+else:
+    try:
+        import paddle as _paddle  # noqa: F401
+    except ImportError as _exc:  # pragma: no cover - exercised by a subprocess test
+        raise ImportError(
+            "paddle-amp-ext needs PaddlePaddle, which is not installed. Install it with the extra "
+            "for your machine: pip install 'paddle-amp-ext[gpu]' (paddlepaddle-gpu) or "
+            "'paddle-amp-ext[cpu]' (paddlepaddle); in the official Paddle Docker image it is "
+            "already there."
+        ) from _exc
 
-_LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}
+    from . import debugging
+    from .autocast import auto_cast, decorate, is_bfloat16_supported, is_float16_supported
+    from .config import AmpConfig
+    from .device import probe
+    from .errors import AmpOverflowError, AmpUnsupportedError
+    from .events import StepEvent, StepResult
+    from .gate import AmpDecision, DeviceInfo, decide
+    from .guard import OptimizerGuard, guard_optimizer
+    from .integrations import hapi_amp_configs, route, routed, unroute
+    from .keep import keep_fp32
+    from .legacy import AmpScaler, amp_decorate, amp_guard
+    from .rehearsal import OverflowWatch, advise, find_overflow, fp16_emulation, rehearse
+    from .scaler import GradScaler
 
-
-#: Names of the installed Paddle's ``paddle.amp.__all__`` that need no wrapping here (they read the
-#: AMP state that this package's ``auto_cast`` sets through Paddle's): served from ``paddle.amp``,
-#: so a name a future Paddle adds is importable from ``paddle_amp_ext`` too. Any other attribute of
-#: ``paddle.amp`` (``white_list``, ``amp_lists``, ``grad_scaler``, ...) is served the same way, so
-#: code that uses this package as its ``paddle.amp`` finds everything it had.
-_PADDLE_AMP = tuple(getattr(_paddle.amp, "__all__", ()))
+    _LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}
 
 
-def __getattr__(name: str):  # PEP 562
-    if name in _LAZY:  # VisualDL is imported only when a hook is asked for
-        import importlib
-
-        module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        return getattr(module, name)
-    if name in _PADDLE_AMP or (not name.startswith("__") and hasattr(_paddle.amp, name)):
-        return getattr(_paddle.amp, name)
-    raise AttributeError(f"module 'paddle_amp_ext' has no attribute {name!r}")
+    #: Names of the installed Paddle's ``paddle.amp.__all__`` that need no wrapping here (they read the
+    #: AMP state that this package's ``auto_cast`` sets through Paddle's): served from ``paddle.amp``,
+    #: so a name a future Paddle adds is importable from ``paddle_amp_ext`` too. Any other attribute of
+    #: ``paddle.amp`` (``white_list``, ``amp_lists``, ``grad_scaler``, ...) is served the same way, so
+    #: code that uses this package as its ``paddle.amp`` finds everything it had.
+    _PADDLE_AMP = tuple(getattr(_paddle.amp, "__all__", ()))
 
 
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY) | set(_PADDLE_AMP))
+    def __getattr__(name: str):  # PEP 562
+        if name in _LAZY:  # VisualDL is imported only when a hook is asked for
+            import importlib
+
+            module = importlib.import_module(f".{_LAZY[name]}", __name__)
+            return getattr(module, name)
+        if name in _PADDLE_AMP or (not name.startswith("__") and hasattr(_paddle.amp, name)):
+            return getattr(_paddle.amp, name)
+        raise AttributeError(f"module 'paddle_amp_ext' has no attribute {name!r}")
 
 
-__all__ = [
-    "AmpConfig",
-    "AmpScaler",
-    "AmpDecision",
-    "AmpOverflowError",
-    "AmpUnsupportedError",
-    "DeviceInfo",
-    "GradScaler",
-    "OptimizerGuard",
-    "OverflowWatch",
-    "StepEvent",
-    "StepResult",
-    "VisualDLCallback",
-    "VisualDLHook",
-    "__version__",
-    "advise",
-    "amp_decorate",
-    "amp_guard",
-    "auto_cast",
-    "debugging",
-    "decide",
-    "decorate",
-    "find_overflow",
-    "fp16_emulation",
-    "guard_optimizer",
-    "hapi_amp_configs",
-    "is_bfloat16_supported",
-    "is_float16_supported",
-    "keep_fp32",
-    "probe",
-    "rehearse",
-    "route",
-    "routed",
-    "unroute",
-    *(name for name in _PADDLE_AMP if name not in globals()),
-]
+    def __dir__() -> list:
+        return sorted(set(globals()) | set(_LAZY) | set(_PADDLE_AMP))
+
+
+    __all__ = [
+        "AmpConfig",
+        "AmpScaler",
+        "AmpDecision",
+        "AmpOverflowError",
+        "AmpUnsupportedError",
+        "DeviceInfo",
+        "GradScaler",
+        "OptimizerGuard",
+        "OverflowWatch",
+        "StepEvent",
+        "StepResult",
+        "VisualDLCallback",
+        "VisualDLHook",
+        "__version__",
+        "advise",
+        "amp_decorate",
+        "amp_guard",
+        "auto_cast",
+        "debugging",
+        "decide",
+        "decorate",
+        "find_overflow",
+        "fp16_emulation",
+        "guard_optimizer",
+        "hapi_amp_configs",
+        "is_bfloat16_supported",
+        "is_float16_supported",
+        "keep_fp32",
+        "probe",
+        "rehearse",
+        "route",
+        "routed",
+        "unroute",
+        *(name for name in _PADDLE_AMP if name not in globals()),
+    ]

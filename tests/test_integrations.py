@@ -151,9 +151,9 @@ def test_a_configs_fp32_layers_are_kept_in_the_first_called_model_or_the_decorat
         paddle.amp.decorate(decorated, level="O1")
         called(paddle.ones([1, 2]))
     assert (_kept(decorated), _kept(called)) == (["2"], [])
-    with amp.routed(amp.AmpConfig(fp32_layers=["head"])):
-        with pytest.raises(ValueError, match=r"fp32_layers names 'head', which the model does not have: No sublayer"):
-            net()(paddle.ones([1, 2]))
+    with amp.routed(amp.AmpConfig(fp32_layers=["head"])):  # a valid script runs; the routing's end warns
+        net()(paddle.ones([1, 2]))
+    assert paddle.nn.Layer.__call__ is ORIGINALS_CALL
 
 
 ORIGINALS_CALL = paddle.nn.Layer.__call__

@@ -8,6 +8,15 @@ the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). At e
 skipped steps, loss-scale range, where the logs are) goes to stderr, or as JSON to stdout with
 ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
+
+The script's import order is its own: ``run`` does not import paddle; the routing is put in
+place when the script first imports paddle (:mod:`paddle_amp_ext.importwatch`). So ``--config``
+is checked up front except its op names, which need Paddle's op registry and are checked at that
+import (a bad one stops the script there, exit 2, with the message ``AmpConfig.from_file`` gives).
+``--logdir`` is made absolute before the script starts (an ``os.chdir`` in it moves nothing).
+Only the process that started prints the summary (a child the script forks returns here too);
+scalers built in threads are routed and counted; children started with ``multiprocessing`` are
+not counted, and a summary without a scaler says so when the script started any.
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import UsageError, fail, parse, report_script_end
 
@@ -83,55 +93,165 @@ def check_logdir(logdir: str) -> None:
         raise UsageError(f"--logdir {logdir!r} is not writable ({existing!r}: {exc.strerror or exc}): {fix}.") from None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+class _ConfigRejectedError(BaseException):
+    """The config's op lists, validated at the script's first ``import paddle``, are wrong: the
+    script stops there (a BaseException passes its ``except Exception``) and ``run`` exits 2."""
+
+
+def read_config(path: str) -> Tuple[Any, Any]:
+    """The settings of ``path`` and an :class:`AmpConfig` of all but the op lists, without paddle.
+
+    Everything is validated but the op names (that needs Paddle's op registry, checked by
+    :func:`full_config` when the script imports paddle); the lists' types are checked here.
+
+    Raises:
+        FileNotFoundError, ValueError, TypeError: as :meth:`AmpConfig.from_file`, same messages.
+    """
+    from .. import configfile
+    from ..config import AmpConfig, as_op_names
+
+    data = configfile.parse(Path(path))
+    try:
+        table = configfile.settings_table(data)
+        if isinstance(table, Mapping):
+            for key in _LIST_KEYS:
+                if key in table:
+                    as_op_names(key, table[key])
+            table = {key: value for key, value in table.items()}
+            return table, AmpConfig.from_dict({k: v for k, v in table.items() if k not in _LIST_KEYS})
+        return table, AmpConfig.from_dict(table)  # raises: not a table
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"Config file {str(path)!r}: {exc}") from None
+
+
+def full_config(path: str, table: Any) -> Any:
+    """The :class:`AmpConfig` of ``path``'s settings ``table``, op lists validated (imports paddle).
+
+    Raises:
+        ValueError, TypeError: as :meth:`AmpConfig.from_file`, same messages.
+    """
     from ..config import AmpConfig
-    from ..integrations.routing import routed
+
+    try:
+        return AmpConfig.from_dict(table)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"Config file {str(path)!r}: {exc}") from None
+
+
+def check_emulate(emulate: Optional[str], config: Any, path: Optional[str]) -> None:
+    """Raise UsageError when ``--emulate`` names another dtype than the config's ``dtype`` key
+    (``"auto"`` leaves the choice open: ``--emulate`` makes it)."""
+    if emulate and config is not None and "dtype" in config.given and config.dtype not in (emulate, "auto"):
+        raise UsageError(f"--emulate {emulate} conflicts with dtype = {config.dtype!r} in the config {path!r}: "
+                         f"rehearse the dtype the config trains in (--emulate {config.dtype}), or change the "
+                         "config's dtype.")
+
+
+class _Session:
+    """What ``run`` attaches, set up when the script first imports paddle (see :mod:`..importwatch`)."""
+
+    def __init__(self, args: argparse.Namespace, table: Any, stack: contextlib.ExitStack) -> None:
+        self.args, self.table, self.stack = args, table, stack
+        self.logdir = None if args.no_log else os.path.abspath(args.logdir)  # before any os.chdir
+        self.pid = os.getpid()
+        self.summaries: List[ScalerSummary] = []
+        self.hooks: List[Tuple[int, Any]] = []  # (pid of the process that attached it, hook)
+        self.children = _children_started()
+
+    def start(self, _paddle: Any = None) -> None:
+        from .. import _deferred
+
+        _deferred.complete()  # the package's names, now that the script has imported paddle
+        config = None
+        if self.table is not None:
+            try:
+                config = full_config(self.args.config, self.table)
+            except (TypeError, ValueError) as exc:
+                raise _ConfigRejectedError(str(exc)) from None
+        from ..integrations.routing import routed
+
+        self.stack.enter_context(routed(config, on_scaler=self.attach))
+        if self.args.emulate:
+            from ..rehearsal.emulation import rehearse
+
+            self.stack.enter_context(rehearse(self.args.emulate, config=config))
+
+    def attach(self, new_scaler: Any) -> None:
+        logdir = None
+        if self.logdir is not None:
+            from ..visualdl import VisualDLHook
+
+            hook = new_scaler.add_hook(VisualDLHook(self.logdir))
+            self.hooks.append((os.getpid(), hook))
+            logdir = hook.logdir
+        summary = new_scaler.add_hook(ScalerSummary(logdir))
+        if os.getpid() == self.pid:
+            self.summaries.append(summary)
+
+    def close(self) -> None:
+        """Flush and close the VisualDL hooks this process attached (one device read each)."""
+        for pid, hook in self.hooks:
+            if pid == os.getpid():  # a forked child leaves its parent's hooks to the parent
+                hook.close()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from ..importwatch import when_imported
     from ..scripting import check_script, run_as_main
 
     parser = build_parser()
     try:
         args = parse(parser, argv)
         check_script(args.script)
-        config = AmpConfig.from_file(args.config) if args.config else None
+        table, config = read_config(args.config) if args.config else (None, None)
+        check_emulate(args.emulate, config, args.config)
         if not args.no_log:
             check_logdir(args.logdir)
     except UsageError as exc:
         return fail(PROG, str(exc))
     except (OSError, ValueError, TypeError) as exc:
         return fail(PROG, str(exc))
-    summaries: List[ScalerSummary] = []
-    hooks: List[Any] = []
-
-    def attach(new_scaler: Any) -> None:
-        logdir = None
-        if not args.no_log:
-            from ..visualdl import VisualDLHook
-
-            hooks.append(new_scaler.add_hook(VisualDLHook(args.logdir)))
-            logdir = hooks[-1].logdir
-        summaries.append(new_scaler.add_hook(ScalerSummary(logdir)))
-
     with contextlib.ExitStack() as stack:
-        stack.callback(_close_all, hooks)  # however the script ends (SIGTERM: the hooks flush themselves)
-        stack.enter_context(routed(config, on_scaler=attach))
-        if args.emulate:
-            from ..rehearsal.emulation import rehearse
-
-            stack.enter_context(rehearse(args.emulate, config=config))
-        end = run_as_main(args.script, args.args)
+        session = _Session(args, table, stack)
+        stack.callback(session.close)  # however the script ends (SIGTERM: the hooks flush themselves)
+        try:
+            stack.enter_context(when_imported("paddle", session.start))
+            end = run_as_main(args.script, args.args)
+        except _ConfigRejectedError as exc:
+            return fail(PROG, str(exc))
     report_script_end(end.error, end.exit_message)
-    summary = {"script": args.script, "exit_code": end.exit_code, "scalers": [s.to_dict() for s in summaries]}
+    if os.getpid() != session.pid:  # a child the script forked returns here too: the parent reports
+        return end.exit_code
+    summary = {"script": args.script, "exit_code": end.exit_code,
+               "scalers": [s.to_dict() for s in session.summaries],
+               "child_processes": _children_started() - session.children}
     if args.json:
         print(json.dumps(summary), flush=True)
     else:
         print(_render(summary), file=sys.stderr, flush=True)
+    if not summary["scalers"] and summary["child_processes"]:
+        print(f"{PROG}: warning: {_UNROUTED_CHILDREN.format(n=summary['child_processes'])}", file=sys.stderr,
+              flush=True)
     return end.exit_code
 
 
-def _close_all(hooks: List[Any]) -> None:
-    """Flush and close every VisualDL hook ``run`` attached (one device read each)."""
-    for hook in hooks:
-        hook.close()
+_LIST_KEYS = ("custom_white_list", "custom_black_list")
+_UNROUTED_CHILDREN = ("the script started {n} child process(es) with multiprocessing and built no GradScaler in "
+                      "this one: scalers built in a spawned child are not routed, and none built in a child is "
+                      "counted here. Build the scalers in the main process (threads are routed), or run the "
+                      "child's training as its own `python -m paddle_amp_ext.run` command.")
+
+
+def _children_started() -> int:
+    """How many ``multiprocessing`` processes this process has created (0 when it never imported
+    multiprocessing). Reads ``multiprocessing.process._process_counter`` (an ``itertools.count``
+    advanced by each ``Process()``; CPython 3.8-3.13) through its repr, without advancing it."""
+    process = sys.modules.get("multiprocessing.process")
+    counter = getattr(process, "_process_counter", None)
+    try:
+        return int(repr(counter)[len("count("):-1]) - 1
+    except ValueError:
+        return 0
 
 
 def _render(summary: Dict[str, Any]) -> str:

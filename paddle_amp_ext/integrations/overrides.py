@@ -6,8 +6,9 @@ was read from, else those not at their default) is applied, replacing what the c
 argument alone. So the file ``doctor --advise`` writes (its proposal: dtype, ``fp32_layers``,
 the initial loss scale) changes exactly what the advisor proposed. Op lists are merged (the
 config's ops join the caller's); ``fp32_layers`` are kept in float32
-(:func:`paddle_amp_ext.keep_fp32`) in the models given to ``decorate``, and in the layer of the
-first top-level layer call (the model ``doctor --advise`` measured).
+(:func:`paddle_amp_ext.keep_fp32`) in the models given to ``decorate``, else in the first called
+layer that has them all (the model ``doctor --advise`` measured; a preprocessing layer called
+before it is passed by), with a warning at the routing's end when no layer had them.
 
 Example:
     >>> config = AmpConfig(init_loss_scaling=1024.0)
@@ -17,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import paddle
@@ -117,32 +120,79 @@ def keep_layers(names: Iterable[str], models: List[Any]) -> None:
 
 
 class FirstCall:
-    """Keeps ``names`` in float32 in the layer of the first top-level layer call, then stands aside.
+    """Keeps ``names`` in float32 in the first called layer that has them all, then stands aside.
 
-    ``install()`` wraps ``paddle.nn.Layer.__call__`` (in this process); after the first call the
-    wrapper only forwards, and ``uninstall()`` puts the original back where nothing wrapped it since.
+    A preprocessing layer called before the model, which lacks those sublayers, is passed by
+    (each layer is looked at once, at its first call); ``settle()`` ends the wait (the routing
+    ended, or ``decorate`` named the models), with a warning when no layer had the names. Every
+    waiting FirstCall shares one wrapper of ``paddle.nn.Layer.__call__`` (this process), put in
+    at the first ``install()`` and taken out when the last waiting one settles, in any order and
+    from any thread, unless something wrapped ``__call__`` since (the wrapper then only forwards).
     """
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = tuple(names)
         self.done = False
-        self._original: Any = None
-        self._wrapper: Any = None
+        self.kept_in: Optional[str] = None  # the class of the layer the names were kept in
+        self._miss: Optional[str] = None  # why the first called layer did not take them
+        self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lock = threading.Lock()
 
     def install(self) -> None:
-        original = self._original = paddle.nn.Layer.__call__
-        first = self
+        with _LAYER_CALL_LOCK:
+            if not _LAYER_CALL:
+                original = paddle.nn.Layer.__call__
+                _LAYER_CALL.update(original=original, wrapper=_wrap_layer_call(original))
+                paddle.nn.Layer.__call__ = _LAYER_CALL["wrapper"]
+            _WAITING.append(self)
 
-        def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-            if not first.done:
-                first.done = True
-                keep_layers(first.names, [layer])
-            return original(layer, *args, **kwargs)
+    def offer(self, layer: Any) -> None:
+        """A layer is being called: keep the names in it if it has them all (first time seen only)."""
+        with self._lock:
+            if self.done or layer in self._seen:
+                return
+            self._seen.add(layer)
+            try:
+                select_layers(layer, self.names)
+            except ValueError as exc:
+                self._miss = self._miss or f"{type(layer).__name__}: {exc}"
+                return
+            keep_fp32(layer, self.names)
+            self.done, self.kept_in = True, type(layer).__name__
+        self._leave()
 
-        self._wrapper = paddle.nn.Layer.__call__ = __call__
+    def settle(self, warn: bool = False) -> None:
+        """Stop waiting; with ``warn``, log (once) when the names were kept in no layer."""
+        with self._lock:
+            missed, self.done = not self.done, True
+        if warn and missed:
+            why = f" (the first called layer, {self._miss})" if self._miss else " (the script called no layer)"
+            warn_once(f"routing:fp32_layers:{self.names!r}", "The AMP config's fp32_layers %s were kept in float32 "
+                      "in no model: no layer the script called has them all%s. Fix fp32_layers (doctor --advise "
+                      "names sublayers of the script's first model call).", list(self.names), why)
+        self._leave()
 
     def uninstall(self) -> None:
-        self.done = True
-        if self._wrapper is not None and paddle.nn.Layer.__call__ is self._wrapper:
-            paddle.nn.Layer.__call__ = self._original
-        self._wrapper = None
+        """The routing ended: :meth:`settle` with a warning when the names were never kept."""
+        self.settle(warn=True)
+
+    def _leave(self) -> None:
+        with _LAYER_CALL_LOCK:
+            _WAITING[:] = [first for first in _WAITING if first is not self]
+            if not _WAITING and _LAYER_CALL and paddle.nn.Layer.__call__ is _LAYER_CALL["wrapper"]:
+                paddle.nn.Layer.__call__ = _LAYER_CALL["original"]
+                _LAYER_CALL.clear()
+
+
+_LAYER_CALL_LOCK = threading.Lock()
+_LAYER_CALL: Dict[str, Any] = {}  # original / wrapper, while the wrapper is in paddle.nn.Layer.__call__
+_WAITING: List[FirstCall] = []  # installed and not settled, oldest first
+
+
+def _wrap_layer_call(original: Any) -> Any:
+    def __call__(layer: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+        for first in list(_WAITING):  # empty once every FirstCall settled: a list check per call
+            first.offer(layer)
+        return original(layer, *args, **kwargs)
+
+    return __call__

@@ -77,7 +77,7 @@ class Routing:
     def _decorate_kwargs(self, args: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         kwargs = overrides.decorate_kwargs(self.config, args, kwargs)
         if self._first_call is not None:
-            self._first_call.done = True  # the models are known: the first call's guess is not needed
+            self._first_call.settle()  # the models are known: the first call's guess is not needed
         return kwargs
 
     def undo(self) -> None:
