@@ -35,6 +35,7 @@ import paddle
 from . import _compat
 from .events import StepResult
 from .scaler import GradScaler
+from .scaler import applying as scaler_applying
 
 
 class _GuardScaler(GradScaler):
@@ -77,7 +78,7 @@ class OptimizerGuard:
     """
 
     def __init__(self, optimizer: Any, hooks: Iterable[Any], max_consecutive_skips: Optional[int],
-                 on_collapse: str) -> None:
+                 on_collapse: str, *, defer_to_scaler: bool = False) -> None:
         self._scaler = _GuardScaler(hooks=hooks, max_consecutive_skips=max_consecutive_skips,
                                     on_collapse=on_collapse)
         self._settings = (max_consecutive_skips, on_collapse)
@@ -85,11 +86,14 @@ class OptimizerGuard:
         self._name = _compat.applying_method(optimizer)
         self._previous = vars(optimizer).get(self._name)  # an instance attribute it replaces, if any
         self._inside = False
+        self._defer = defer_to_scaler  # routing's guard: a GradScaler stepping the optimizer decides
         self._wrapper = _GuardedCall(self, getattr(optimizer, self._name))
         setattr(optimizer, self._name, self._wrapper)
 
     def _call(self, original: Callable, args: tuple, kwargs: dict) -> Any:
         if self._inside or self._wrapper is None:  # re-entered from the optimizer, or removed
+            return original(*args, **kwargs)
+        if self._defer and scaler_applying():  # a GradScaler's step already judged these gradients
             return original(*args, **kwargs)
         scaler = self._scaler
         scaler.call, scaler.returned = (original, args, kwargs), None
@@ -230,8 +234,8 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
     if not callable(getattr(optimizer, "step", None)) or not hasattr(optimizer, "__dict__"):
         raise TypeError(f"guard_optimizer() needs an optimizer with a step() method (and a __dict__ to "
                         f"replace it in). Received: {optimizer!r} (of type {type(optimizer).__name__})")
-    current = getattr(vars(optimizer).get(_compat.applying_method(optimizer)), "guard", None)
-    if isinstance(current, OptimizerGuard) and current.active:
+    current = active_guard(optimizer)
+    if current is not None:
         if current._settings != (max_consecutive_skips, on_collapse):
             raise ValueError(
                 f"The optimizer is already guarded with max_consecutive_skips={current._settings[0]!r}, "
@@ -242,3 +246,12 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
                 current.add_hook(hook)
         return current
     return OptimizerGuard(optimizer, hooks, max_consecutive_skips, on_collapse)
+
+
+def active_guard(optimizer: Any) -> Optional[OptimizerGuard]:
+    """The active :class:`OptimizerGuard` on ``optimizer`` (from :func:`guard_optimizer` or a
+    routing), or None."""
+    if not hasattr(optimizer, "__dict__"):
+        return None
+    current = getattr(vars(optimizer).get(_compat.applying_method(optimizer)), "guard", None)
+    return current if isinstance(current, OptimizerGuard) and current.active else None

@@ -26,6 +26,7 @@ from __future__ import annotations
 from .layers import gpu_linear_is_fused, o2_low_precision_layers
 from .optimizer import (
     applying_method,
+    bound_scheduler,
     grad_of,
     hapi_scaler,
     iter_grads,
@@ -70,6 +71,7 @@ __all__ = [
     "PADDLE_VERSION",
     "amp_state_dtype",
     "applying_method",
+    "bound_scheduler",
     "autocast_enabled",
     "default_op_lists",
     "gpu_amp_support",
