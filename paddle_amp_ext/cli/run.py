@@ -5,8 +5,8 @@ package (:func:`paddle_amp_ext.routed`): every ``paddle.amp.GradScaler`` the scr
 package's, with a VisualDL hook writing its own run directory under ``--logdir``, and
 ``auto_cast``/``decorate`` get the validated lists and the gate; ``--emulate float16`` rehearses
 the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). At exit a summary (steps,
-skipped steps, loss-scale range, where the logs are) goes to stderr, or as JSON to stdout with
-``--json``, and the command exits with the script's own code (2 for a usage error before the
+skipped steps, loss-scale range, where the logs are, the ``lr.step()`` calls held) goes to stderr,
+or as JSON to stdout with ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
 """
 
@@ -27,7 +27,7 @@ PROG = "python -m paddle_amp_ext.run"
 
 
 class ScalerSummary:
-    """A scaler hook that counts steps and skips and keeps the loss-scale range (host values only)."""
+    """A scaler (or guard) hook that counts steps and skips and keeps the loss-scale range (host values only)."""
 
     def __init__(self, logdir: Optional[str]) -> None:
         self.logdir = logdir
@@ -46,6 +46,27 @@ class ScalerSummary:
                 "loss_scale_max": self.high, "logdir": self.logdir}
 
 
+class LazyVisualDLHook:
+    """A :class:`~paddle_amp_ext.VisualDLHook` made at the first step it is told of (a guard whose
+    optimizer a scaler steps is never told: it leaves no empty run directory)."""
+
+    def __init__(self, logdir: str, on_made: Any) -> None:
+        self._logdir, self._on_made = logdir, on_made
+        self.hook: Any = None
+
+    def on_step(self, event: Any) -> None:
+        if self.hook is None:
+            from ..visualdl import VisualDLHook
+
+            self.hook = VisualDLHook(self._logdir)
+            self._on_made(self.hook)
+        self.hook.on_step(event)
+
+    def on_overflow(self, event: Any) -> None:
+        if self.hook is not None and hasattr(self.hook, "on_overflow"):
+            self.hook.on_overflow(event)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Run an unmodified Paddle training script with paddle.amp "
                                      "routed to paddle_amp_ext: validated op lists, the gate, the non-finite guard "
@@ -54,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--logdir", default="runs", help="VisualDL logs: one run directory per scaler (default runs)")
     parser.add_argument("--no-log", action="store_true", help="no VisualDL hook")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    parser.add_argument("--no-lr-hold", action="store_true",
+                        help="let an LR scheduler advance on the script's lr.step() after a skipped optimizer step "
+                             "(default: held once per skipped step; routed(hold_lr_on_skip=False))")
+    parser.add_argument("--no-guard", action="store_true",
+                        help="do not guard optimizers stepped without a GradScaler (default: an inf/nan step is "
+                             "skipped, one host sync per step; routed(guard_optimizers=False))")
     parser.add_argument("--emulate", choices=("float16", "bfloat16"),
                         help="rehearse the script's AMP numerics on any device: functional ops and nn.Linear are "
                              "rounded as AMP computes them and the GradScaler runs for real (paddle_amp_ext.rehearse)")
@@ -100,6 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError, TypeError) as exc:
         return fail(PROG, str(exc))
     summaries: List[ScalerSummary] = []
+    guard_summaries: List[ScalerSummary] = []
     hooks: List[Any] = []
 
     def attach(new_scaler: Any) -> None:
@@ -111,16 +139,29 @@ def main(argv: Optional[List[str]] = None) -> int:
             logdir = hooks[-1].logdir
         summaries.append(new_scaler.add_hook(ScalerSummary(logdir)))
 
+    def attach_guard(guard: Any) -> None:
+        summary = ScalerSummary(None)
+        if not args.no_log:
+            def made(hook: Any) -> None:
+                hooks.append(hook)
+                summary.logdir = hook.logdir
+
+            guard.add_hook(LazyVisualDLHook(args.logdir, made))
+        guard_summaries.append(guard.add_hook(summary))
+
     with contextlib.ExitStack() as stack:
         stack.callback(_close_all, hooks)  # however the script ends (SIGTERM: the hooks flush themselves)
-        stack.enter_context(routed(config, on_scaler=attach))
+        routing = stack.enter_context(routed(config, on_scaler=attach, on_guard=attach_guard,
+                                             hold_lr_on_skip=not args.no_lr_hold, guard_optimizers=not args.no_guard))
         if args.emulate:
             from ..rehearsal.emulation import rehearse
 
             stack.enter_context(rehearse(args.emulate, config=config))
         end = run_as_main(args.script, args.args)
     report_script_end(end.error, end.exit_message)
-    summary = {"script": args.script, "exit_code": end.exit_code, "scalers": [s.to_dict() for s in summaries]}
+    summary = {"script": args.script, "exit_code": end.exit_code, "scalers": [s.to_dict() for s in summaries],
+               "guards": [s.to_dict() for s in guard_summaries if s.steps], "lr_steps_held": routing.lr_steps_held,
+               "lr_hold": not args.no_lr_hold, "guard_optimizers": not args.no_guard}
     if args.json:
         print(json.dumps(summary), flush=True)
     else:
@@ -136,13 +177,20 @@ def _close_all(hooks: List[Any]) -> None:
 
 def _render(summary: Dict[str, Any]) -> str:
     lines = [f"paddle_amp_ext.run: {summary['script']} exited with code {summary['exit_code']}."]
-    if not summary["scalers"]:
+    if not summary["scalers"] and not summary["guards"]:
         lines.append("  The script built no paddle.amp.GradScaler.")
     for i, s in enumerate(summary["scalers"]):
         scale = ("loss scale -" if s["loss_scale_min"] is None else
                  f"loss scale {s['loss_scale_min']:g}..{s['loss_scale_max']:g}")
         where = f"; VisualDL logs in {s['logdir']}" if s["logdir"] else ""
         lines.append(f"  GradScaler {i}: {s['steps']} steps, {s['skipped']} skipped, {scale}{where}")
+    for i, s in enumerate(summary["guards"]):
+        where = f"; VisualDL logs in {s['logdir']}" if s["logdir"] else ""
+        lines.append(f"  Optimizer guard {i} (steps without a GradScaler): {s['steps']} steps, {s['skipped']} "
+                     f"skipped{where}")
+    if summary["lr_steps_held"]:
+        lines.append(f"  LR scheduler: {summary['lr_steps_held']} lr.step() call(s) held after skipped steps "
+                     "(--no-lr-hold lets them advance).")
     return "\n".join(lines)
 
 
