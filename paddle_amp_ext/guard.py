@@ -21,9 +21,12 @@ Cost per step: one fused squared-norm kernel per gradient, and one device-to-hos
 the norm is finite (a host sync per step, the one loss scaling makes anyway); with several
 processes, one MAX all-reduce of that flag (default process group) before the read, so every rank
 makes the same decision and none waits in a collective the others skipped. Paddle's optimizers
-also honour a ``found_inf`` auxiliary variable (``_set_auxiliary_var``), but in dygraph
-``Optimizer._apply_optimize`` reads it back to the host too (``if found_inf:``), so it would save
-no sync; it is not used.
+also honour a ``found_inf`` auxiliary variable (``_set_auxiliary_var``), but it would save no
+sync (read in Paddle 2.6.2 and 3.3.1): in dygraph ``Optimizer._create_optimization_pass`` and the
+multi-tensor path of Adam/AdamW/Momentum read it on the host (``if found_inf:``), the dygraph
+``_C_ops.adam_``/``adamw_`` calls pass ``None`` as ``skip_update`` (3.3.1 passes it in a PIR
+program only), and the CUDA adamw kernel copies ``SkipUpdate`` to the host before deciding.
+``benchmarks/guard_syncs.py`` counts one read per step either way; it is not used.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from .optimizer import (
     iter_grads,
     multiply_inplace,
     optimizer_parameters,
+    optimizer_wrapper_classes,
     squared_l2_norm,
 )
 from .scaler import (
@@ -87,6 +88,7 @@ __all__ = [
     "multiply_inplace",
     "o2_low_precision_layers",
     "optimizer_parameters",
+    "optimizer_wrapper_classes",
     "optimizer_stage",
     "paddle_auto_cast",
     "paddle_decorate",

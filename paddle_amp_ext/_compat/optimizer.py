@@ -76,6 +76,19 @@ def applying_method(optimizer: Any) -> str:
     return "_step" if hybrid is not None and isinstance(optimizer, hybrid) else "step"
 
 
+_WRAPPERS = ((_HYBRID_MODULE, "HybridParallelOptimizer"),
+             ("paddle.distributed.fleet.utils.mix_precision_utils", "MixPrecisionOptimizer"))
+
+
+def optimizer_wrapper_classes() -> list:
+    """fleet's optimizer wrappers that are not ``paddle.optimizer.Optimizer`` subclasses and whose
+    ``step`` does not (``MixPrecisionOptimizer``) or not only (``HybridParallelOptimizer``) call
+    their inner optimizer's: those of their modules already loaded (``import paddle`` loads both
+    on 2.6.2 and 3.3.1). Imports nothing."""
+    found = (getattr(sys.modules.get(module), name, None) for module, name in _WRAPPERS)
+    return [cls for cls in found if isinstance(cls, type)]
+
+
 def squared_l2_norm(x: Tensor) -> Tensor:
     """sum(x**2) as a 1-element tensor of ``x``'s dtype, in one fused kernel (Paddle's clip's)."""
     return paddle._C_ops.squared_l2_norm(x)

@@ -6,12 +6,17 @@ weight. While a routing with ``guard_optimizers=True`` (the default) is active,
 the ``__init__`` of ``paddle.optimizer.Optimizer`` and of every subclass defined so far is
 wrapped (``AdamW`` does not call ``Optimizer.__init__``): every optimizer built then is guarded
 with :func:`paddle_amp_ext.guard_optimizer` once its own ``__init__`` has run, with the routing
-config's ``max_consecutive_skips`` and ``on_collapse``. A subclass defined later is covered when
+config's ``max_consecutive_skips`` and ``on_collapse``, when the routing that applies to the
+calling thread (as for ``paddle.amp``'s calls) guards: a nested ``routed(guard_optimizers=False)``
+builds unguarded optimizers inside a guarding one. A subclass defined later is covered when
 its ``__init__`` calls its base's.
 
-No double guard: when a :class:`~paddle_amp_ext.GradScaler` steps the optimizer (``step``,
-``minimize``), the scaler has judged the gradients and the guard passes the call through (no
-second norm, no second sync, no event). Only an optimizer stepped on its own is judged by the
+fleet's wrappers are guarded too (``MixPrecisionOptimizer``, ``HybridParallelOptimizer``): the
+Trainers' ``amp_master_grad`` step is ``MixPrecisionOptimizer.step``, which never calls its inner
+optimizer's. No double guard: when a :class:`~paddle_amp_ext.GradScaler` steps the optimizer
+(``step``, ``minimize``), or a guard on a wrapper calls its inner optimizer, the gradients have
+been judged and the inner guard passes the call through (no second norm, no second sync, no
+event). Only an optimizer stepped on its own is judged by the
 guard: one fused norm per gradient and one host read per step, the one loss scaling costs
 (Paddle's ``found_inf`` auxiliary variable would not save it in dygraph: see
 ``benchmarks/guard_syncs.py``). Optimizers built before routing, and in a static program, are
@@ -22,7 +27,7 @@ optimizers, as :func:`guard_optimizer` leaves them).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import paddle
 
@@ -34,12 +39,15 @@ _lock = threading.Lock()
 _users: List[Any] = []  # the routings that guard, oldest first
 _originals: Dict[type, Callable[..., None]] = {}  # each wrapped class's own __init__
 _wrappers: Dict[type, Callable[..., None]] = {}
+_current: Optional[Callable[[], Any]] = None  # routing's "which routing applies to this call"
 
 
 def _guard_new(optimizer: Any) -> None:
     with _lock:
-        routing = _users[-1] if _users else None
-    if routing is None or _compat.in_static_mode() or active_guard(optimizer) is not None:
+        current = _current
+    routing = current() if current is not None else None  # the calling thread's routing, as paddle.amp's calls
+    if routing is None or not routing.guard_optimizers or _compat.in_static_mode() \
+            or active_guard(optimizer) is not None:
         return
     config = routing.config
     guard = OptimizerGuard(optimizer, (), None if config is None else config.max_consecutive_skips,
@@ -51,7 +59,9 @@ def _guard_new(optimizer: Any) -> None:
 
 def _classes() -> List[type]:
     """``paddle.optimizer.Optimizer`` and every subclass defined so far that has its own ``__init__``
-    (``AdamW`` does not call ``Optimizer.__init__``, so the base alone is not enough)."""
+    (``AdamW`` does not call ``Optimizer.__init__``, so the base alone is not enough), and fleet's
+    wrappers (``MixPrecisionOptimizer``: the Trainers' ``amp_master_grad`` optimizer, whose
+    ``step`` never calls the inner optimizer's)."""
     found, todo = [], [paddle.optimizer.Optimizer]
     while todo:
         cls = todo.pop()
@@ -59,6 +69,7 @@ def _classes() -> List[type]:
             continue
         found.append(cls)
         todo.extend(cls.__subclasses__())
+    found += [cls for cls in _compat.optimizer_wrapper_classes() if cls not in found]
     return [cls for cls in found if "__init__" in vars(cls)]
 
 
@@ -67,7 +78,7 @@ def _wrap(cls: type) -> Callable[..., None]:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         original(self, *args, **kwargs)
-        if type(self) is cls or cls is paddle.optimizer.Optimizer or not _has_own_init_below(type(self), cls):
+        if type(self) is cls or not _has_own_init_below(type(self), cls):
             _guard_new(self)
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
@@ -86,11 +97,19 @@ def _has_own_init_below(cls: type, base: type) -> bool:
     return False
 
 
-def install(routing: Any) -> None:
+def install(routing: Any, current: Callable[[], Any]) -> None:
     """Guard the optimizers built from now on for ``routing`` (wraps the ``__init__`` of
-    ``Optimizer`` and of its subclasses once, for every guarding routing)."""
+    ``Optimizer`` and of its subclasses once, for every guarding routing).
+
+    Args:
+        routing: the routing that guards.
+        current: returns the routing that applies to a call from the calling thread (its
+            innermost, else the last entered); an optimizer is guarded when that one guards.
+    """
+    global _current
     with _lock:
         _users.append(routing)
+        _current = current
         if _wrappers:
             return
         for cls in _classes():
@@ -101,6 +120,7 @@ def install(routing: Any) -> None:
 def uninstall(routing: Any) -> None:
     """Stop guarding for ``routing``; the last one puts every ``__init__`` back (where nothing
     replaced it since)."""
+    global _current
     with _lock:
         _users[:] = [user for user in _users if user is not routing]
         if _users:
@@ -110,3 +130,4 @@ def uninstall(routing: Any) -> None:
                 cls.__init__ = _originals[cls]  # type: ignore[misc]
         _originals.clear()
         _wrappers.clear()
+        _current = None

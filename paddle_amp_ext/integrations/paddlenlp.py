@@ -54,7 +54,8 @@ class AmpCallback(TrainerCallback):
     With loss scaling (``fp16=True``) the Trainer's scaler is this package's (route first): a
     :class:`paddle_amp_ext.VisualDLHook` is attached to it. Without (``bf16=True``, or float32),
     the Trainer calls ``optimizer.step()`` and ``lr_scheduler.step()`` itself, so before the first
-    step the callback guards its optimizer with :func:`paddle_amp_ext.guard_optimizer` (a step
+    step the callback guards its optimizer with :func:`paddle_amp_ext.guard_optimizer` (or uses
+    the guard a routing put on it as it was built, and leaves that one in place; a step
     whose gradients hold inf/nan is not applied, and is counted), makes its LR scheduler's
     ``step`` hold on a skipped step (as the Trainer does itself with a scaler) and attaches the
     hook to the guard; both are undone at the end of training. ``amp/loss`` is not logged there
@@ -78,6 +79,7 @@ class AmpCallback(TrainerCallback):
         self.optimizer_guard: Any = None  # the guard this callback put on the Trainer's optimizer
         self._source: Any = None  # the scaler or guard the hook is attached to
         self._held: Any = None  # (scheduler, its replaced step) while held
+        self._owns_guard = False  # False: the guard is a routing's, and stays
 
     def on_optimizer_begin(self, args: Any, state: Any, control: Any, scaler: Any = None, **kwargs: Any) -> None:
         if scaler is None:
@@ -85,10 +87,12 @@ class AmpCallback(TrainerCallback):
             if not self.guard or optimizer is None or (self.optimizer_guard is not None
                                                        and self.optimizer_guard.optimizer is optimizer):
                 return
-            from ..guard import guard_optimizer
+            from ..guard import active_guard, guard_optimizer
 
             self._end_guard()
-            self.optimizer_guard = guard_optimizer(optimizer)
+            existing = active_guard(optimizer)  # routing guards every optimizer built while routed
+            self.optimizer_guard = existing or guard_optimizer(optimizer)
+            self._owns_guard = existing is None
             if kwargs.get("lr_scheduler") is not None:
                 self._hold(kwargs["lr_scheduler"], self.optimizer_guard)
             self._attach(self.optimizer_guard, args)
@@ -125,7 +129,7 @@ class AmpCallback(TrainerCallback):
         self._held = (scheduler, step)
 
     def _end_guard(self) -> None:
-        if self.optimizer_guard is not None:
+        if self.optimizer_guard is not None and self._owns_guard:
             self.optimizer_guard.remove()
         if self._held is not None:
             scheduler, step = self._held

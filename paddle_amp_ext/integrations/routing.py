@@ -244,7 +244,7 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
         if hold_lr_on_skip:
             lrhold.activate()
         if guard_optimizers:
-            autoguard.install(routing)
+            autoguard.install(routing, _current)
         if routing._first_call is not None:
             routing._first_call.install()
     return routing

@@ -210,3 +210,12 @@ def test_guard_optimizers_false_builds_no_guard_and_a_static_program_is_left_alo
         assert routing.guards == []
     finally:
         paddle.disable_static()
+
+
+def test_a_nested_routing_without_guard_builds_unguarded_optimizers_inside_a_guarding_one():
+    net = _net()
+    with amp.routed() as outer:
+        with amp.routed(guard_optimizers=False):
+            bare = paddle.optimizer.AdamW(learning_rate=0.1, parameters=net.parameters())
+        guarded = paddle.optimizer.AdamW(learning_rate=0.1, parameters=net.parameters())
+    assert active_guard(bare) is None and outer.guards == [active_guard(guarded)]
