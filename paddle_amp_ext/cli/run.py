@@ -4,7 +4,11 @@ Runs a training script as ``python SCRIPT ARGS`` would, with ``paddle.amp`` rout
 package (:func:`paddle_amp_ext.routed`): every ``paddle.amp.GradScaler`` the script builds is this
 package's, with a VisualDL hook writing its own run directory under ``--logdir``, and
 ``auto_cast``/``decorate`` get the validated lists and the gate; ``--emulate float16`` rehearses
-the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). At exit a summary (steps,
+the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). Every optimizer the
+script builds is guarded (a step without a GradScaler skips inf/nan gradients; ``--no-guard``
+turns it off), and an LR scheduler bound to an optimizer whose step was skipped does not advance
+on the script's own ``lr.step()`` after it, once per skipped step (``--no-lr-hold``; see
+:mod:`paddle_amp_ext.lrhold`). At exit a summary (steps,
 skipped steps, loss-scale range, where the logs are, the ``lr.step()`` calls held) goes to stderr,
 or as JSON to stdout with ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
