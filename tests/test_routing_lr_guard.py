@@ -304,3 +304,48 @@ def test_run_guards_a_scaler_less_loop_and_reports_the_holds(tmp_path):
     assert "finite False last_epoch 5" in lines
     summary = json.loads(lines[-1])
     assert (summary["guards"], summary["lr_steps_held"], summary["guard_optimizers"]) == ([], 0, False)
+
+
+DETECTION_SCRIPT = """
+import json
+import paddle
+paddle.seed(0)
+net = paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.ReLU(), paddle.nn.Linear(16, 1))
+base = paddle.optimizer.lr.PiecewiseDecay(boundaries=[100], values=[0.01, 0.001])
+lr = paddle.optimizer.lr.LinearWarmup(base, warmup_steps=10, start_lr=0.0, end_lr=0.01)
+opt = paddle.optimizer.Momentum(learning_rate=lr, parameters=net.parameters())
+scaler = paddle.amp.GradScaler(init_loss_scaling=2.0**20)  # overflows float16 until it has backed off
+x = paddle.randn([16, 8])
+for step in range(10):
+    with paddle.amp.auto_cast():
+        loss = net(x).pow(2).mean()
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    scaler.minimize(opt, scaled)
+    opt.clear_grad()
+    lr.step()
+print(json.dumps({"last_epoch": lr.last_epoch, "lr": round(lr(), 6)}))
+"""
+
+
+@pytest.mark.slow
+def test_run_keeps_a_detection_style_warmup_from_being_spent_on_skipped_steps(tmp_path):
+    """PaddleDetection's shape: a LinearWarmup stepped by the loop after every scaler.minimize(); the first
+    steps overflow float16 (rehearsed) while the scale backs off."""
+    script = tmp_path / "det.py"
+    script.write_text(DETECTION_SCRIPT)
+
+    def run(*flags):
+        proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.run", "--json", "--no-log", "--emulate",
+                               "float16", *flags, str(script)], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = proc.stdout.strip().splitlines()
+        return json.loads(lines[-2]), json.loads(lines[-1])
+
+    seen, summary = run()
+    (scaler,) = summary["scalers"]
+    assert (scaler["steps"], scaler["skipped"], summary["lr_steps_held"]) == (10, 3, 3)
+    assert seen == {"last_epoch": 7, "lr": 0.007}, "the warmup advanced on the 7 applied steps only"
+    seen, summary = run("--no-lr-hold")
+    assert summary["lr_steps_held"] == 0 and seen == {"last_epoch": 10, "lr": 0.01}
