@@ -29,14 +29,17 @@ The rule, exactly:
   was skipped, as accelerate's is.
 
 The hold replaces ``step`` on the scheduler object (an instance attribute, so ``ReduceOnPlateau``
-and any subclass are covered), the first time one of its optimizers steps while active; the
-original is put back when the last activation ends. Costs no device work and no host sync.
+and any subclass are covered; bound to the scheduler, so ``copy.deepcopy`` of a scheduler holds
+the copy), the first time one of its optimizers steps while active; the original is put back
+when the last activation ends (a copy, or a scheduler something wrapped since, keeps a hold that
+passes through). Costs no device work and no host sync.
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
+import types
 import weakref
 from typing import Any, Optional
 
@@ -51,42 +54,40 @@ _total = 0
 _schedulers: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-class _HeldStep:
-    """What replaces ``scheduler.step`` while a hold is active; passes through once it is not."""
+class _Hold:
+    """A scheduler's hold, kept in the scheduler's own ``__dict__`` (it deep-copies with it)."""
 
     def __init__(self, scheduler: Any) -> None:
-        self.scheduler = weakref.ref(scheduler)
         self.previous = vars(scheduler).get("step")  # an instance attribute it replaces, if any
         self.signature = _signature(type(scheduler).step)
         self.pending: set = set()  # ids of the bound optimizers whose last step was skipped
         self.held = 0
+        self.method: Any = None  # the bound step put on the scheduler
 
-    def _call_original(self, scheduler: Any, args: tuple, kwargs: dict) -> Any:
-        if self.previous is not None:
-            return self.previous(*args, **kwargs)
-        return type(scheduler).step(scheduler, *args, **kwargs)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        global _total
-        scheduler = self.scheduler()
-        if scheduler is None:  # pragma: no cover - the wrapper lives in the scheduler's own __dict__
-            return None
-        with _lock:
-            swallow = False
-            if _active and self.pending:
-                implicit = _implicit_epoch(self.signature, scheduler, args, kwargs)
-                if implicit is not None:  # a call that would not bind goes through (and raises there)
-                    self.pending.clear()
-                    swallow = implicit
-            if swallow:
-                self.held += 1
-                _total += 1
+def _held_step(scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+    """What ``scheduler.step`` is while held (bound to the scheduler, so a copy of the scheduler
+    is bound to the copy); passes through once no hold is active."""
+    global _total
+    hold = vars(scheduler)[_ATTR]
+    with _lock:
+        swallow = False
+        if _active and hold.pending:
+            implicit = _implicit_epoch(hold.signature, scheduler, args, kwargs)
+            if implicit is not None:  # a call that would not bind goes through (and raises there)
+                hold.pending.clear()
+                swallow = implicit
         if swallow:
-            warn_once(f"lrhold:{id(scheduler)}", "%s.step() held: the step of its optimizer was skipped "
-                      "(inf/nan gradients), so the schedule does not advance on it (once per skipped step; "
-                      "hold_lr_on_skip=False turns this off).", type(scheduler).__name__)
-            return None
-        return self._call_original(scheduler, args, kwargs)
+            hold.held += 1
+            _total += 1
+    if swallow:
+        warn_once(f"lrhold:{id(scheduler)}", "%s.step() held: the step of its optimizer was skipped "
+                  "(inf/nan gradients), so the schedule does not advance on it (once per skipped step; "
+                  "hold_lr_on_skip=False turns this off).", type(scheduler).__name__)
+        return None
+    if hold.previous is not None:
+        return hold.previous(*args, **kwargs)
+    return type(scheduler).step(scheduler, *args, **kwargs)
 
 
 def _signature(function: Any) -> Optional[inspect.Signature]:
@@ -108,14 +109,14 @@ def _implicit_epoch(signature: Optional[inspect.Signature], scheduler: Any, args
     return bound.arguments.get("epoch") is None
 
 
-def _hold_of(scheduler: Any) -> _HeldStep:
-    held = vars(scheduler).get(_ATTR)
-    if held is None:
-        held = _HeldStep(scheduler)
-        setattr(scheduler, _ATTR, held)
-        scheduler.step = held
-        _schedulers.add(scheduler)
-    return held
+def _hold_of(scheduler: Any) -> _Hold:
+    hold = vars(scheduler).get(_ATTR)
+    if hold is None:
+        hold = _Hold(scheduler)
+        setattr(scheduler, _ATTR, hold)
+        hold.method = scheduler.step = types.MethodType(_held_step, scheduler)
+    _schedulers.add(scheduler)
+    return hold
 
 
 def note_step(optimizer: Any, skipped: bool) -> None:
@@ -131,10 +132,10 @@ def note_step(optimizer: Any, skipped: bool) -> None:
     with _lock:
         if not _active:
             return
-        held = _hold_of(scheduler)
-        held.pending.discard(id(optimizer))
+        hold = _hold_of(scheduler)
+        hold.pending.discard(id(optimizer))
         if skipped:
-            held.pending.add(id(optimizer))
+            hold.pending.add(id(optimizer))
 
 
 def activate() -> None:
@@ -158,15 +159,16 @@ def deactivate() -> None:
         if _active:
             return
         for scheduler in list(_schedulers):
-            held = vars(scheduler).pop(_ATTR, None)
-            if held is None:
+            hold = vars(scheduler).get(_ATTR)
+            if hold is None:
                 continue
-            held.pending.clear()
-            if vars(scheduler).get("step") is held:  # else something wrapped it since: ours passes through
-                if held.previous is None:
+            hold.pending.clear()
+            if vars(scheduler).get("step") is hold.method:  # else something wrapped it since: ours passes through
+                del vars(scheduler)[_ATTR]
+                if hold.previous is None:
                     del scheduler.step
                 else:
-                    scheduler.step = held.previous
+                    scheduler.step = hold.previous
         _schedulers.clear()
 
 
@@ -177,8 +179,8 @@ def is_active() -> bool:
 
 def held_steps(scheduler: Any) -> int:
     """How many of ``scheduler``'s ``step()`` calls were held during the current activation (0 if none)."""
-    held = vars(scheduler).get(_ATTR) if hasattr(scheduler, "__dict__") else None
-    return 0 if held is None else held.held
+    hold = vars(scheduler).get(_ATTR) if hasattr(scheduler, "__dict__") else None
+    return 0 if hold is None else hold.held
 
 
 def total_held() -> int:

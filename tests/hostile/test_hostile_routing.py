@@ -219,3 +219,22 @@ def test_a_nested_routing_without_guard_builds_unguarded_optimizers_inside_a_gua
             bare = paddle.optimizer.AdamW(learning_rate=0.1, parameters=net.parameters())
         guarded = paddle.optimizer.AdamW(learning_rate=0.1, parameters=net.parameters())
     assert active_guard(bare) is None and outer.guards == [active_guard(guarded)]
+
+
+def test_a_deep_copied_scheduler_is_held_on_its_own_and_steps_itself():
+    import copy
+
+    net = _net()
+    lr = paddle.optimizer.lr.StepDecay(1.0, step_size=1, gamma=0.5)
+    with amp.routed() as routing:
+        opt = paddle.optimizer.SGD(learning_rate=lr, parameters=net.parameters())
+        _backward(net, nan=True)
+        opt.step()
+        twin = copy.deepcopy(lr)  # copied while held: the copy carries its own mark
+        twin.step()
+        twin.step()
+        lr.step()
+        assert routing.lr_steps_held == 2
+    assert (lr.last_epoch, twin.last_epoch) == (0, 1)
+    twin.step()
+    assert twin.last_epoch == 2 and lr.last_epoch == 0, "the copy's step, after the routing, passes through"
