@@ -25,9 +25,12 @@ Cost per step: one fused squared-norm kernel per gradient, and one device-to-hos
 the norm is finite (a host sync per step, the one loss scaling makes anyway); with several
 processes, one MAX all-reduce of that flag (default process group) before the read, so every rank
 makes the same decision and none waits in a collective the others skipped. Paddle's optimizers
-also honour a ``found_inf`` auxiliary variable (``_set_auxiliary_var``), but in dygraph
-``Optimizer._apply_optimize`` reads it back to the host too (``if found_inf:``), so it would save
-no sync; it is not used.
+also honour a ``found_inf`` auxiliary variable (``_set_auxiliary_var``), but it would save no
+sync (read in Paddle 2.6.2 and 3.3.1): in dygraph ``Optimizer._create_optimization_pass`` and the
+multi-tensor path of Adam/AdamW/Momentum read it on the host (``if found_inf:``), the dygraph
+``_C_ops.adam_``/``adamw_`` calls pass ``None`` as ``skip_update`` (3.3.1 passes it in a PIR
+program only), and the CUDA adamw kernel copies ``SkipUpdate`` to the host before deciding.
+``benchmarks/guard_syncs.py`` counts one read per step either way; it is not used.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from . import _compat
 from .events import StepResult
 from .gradients import Pair, applied_grads
 from .scaler import GradScaler
+from .scaler import applying as scaler_applying
 
 
 class _GuardScaler(GradScaler):
@@ -95,13 +99,14 @@ class OptimizerGuard:
     """
 
     def __init__(self, optimizer: Any, hooks: Iterable[Any], max_consecutive_skips: Optional[int],
-                 on_collapse: str) -> None:
+                 on_collapse: str, *, defer_to_scaler: bool = False) -> None:
         self._scaler = _GuardScaler(hooks=hooks, max_consecutive_skips=max_consecutive_skips,
                                     on_collapse=on_collapse)
         self._settings = (max_consecutive_skips, on_collapse)
         self._optimizer = optimizer
         self._name = _compat.applying_method(optimizer)
         self._inside = False
+        self._defer = defer_to_scaler  # routing's guard: a GradScaler stepping the optimizer decides
         names = [self._name] + (["minimize"] if callable(getattr(optimizer, "minimize", None)) else [])
         # name -> (the guarded call, the instance attribute it replaced, if any)
         self._calls: Dict[str, tuple] = {}
@@ -113,6 +118,8 @@ class OptimizerGuard:
 
     def _call(self, original: Callable, args: tuple, kwargs: dict, via: str = "step") -> Any:
         if self._inside or self._wrapper is None:  # re-entered from the optimizer, or removed
+            return original(*args, **kwargs)
+        if self._defer and scaler_applying():  # a GradScaler's step already judged these gradients
             return original(*args, **kwargs)
         scaler = self._scaler
         scaler.call, scaler.returned = (original, args, kwargs), None
@@ -325,3 +332,5 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
                 current.add_hook(hook)
         return current
     return OptimizerGuard(optimizer, hooks, max_consecutive_skips, on_collapse)
+
+

@@ -23,12 +23,13 @@ reduced gradients: see :mod:`paddle_amp_ext.distributed`.
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
 import paddle
 from paddle.amp.grad_scaler import GradScaler as PaddleGradScaler  # not paddle.amp's: routing replaces it
 
-from . import _compat, _state
+from . import _compat, _state, lrhold
 from ._log import info_once, logger, warn_once
 from .clip import clip_grads_, global_norm, resolve_clip
 from .config import FLOAT32_MAX, AmpConfig, validate_scaling
@@ -38,6 +39,16 @@ from .errors import AmpOverflowError
 from .events import StepEvent, StepResult, call_optional
 from .gradients import Pair, applied_grads, grads_of
 from .lossscale import DynamicLossScale
+
+#: True while a scaler applies an update it decided (in this thread or task): see :func:`applying`.
+_APPLYING: contextvars.ContextVar[bool] = contextvars.ContextVar("paddle_amp_ext_scaler_applying", default=False)
+
+
+def applying() -> bool:
+    """Whether the calling thread is inside a :class:`GradScaler`'s own optimizer call (its
+    ``step()``/``minimize()`` decided the step is applied): a guard on that optimizer defers."""
+    return _APPLYING.get()
+
 
 _SCALER_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_ratio=2.0, decr_ratio=0.5, incr_every_n_steps=2000,
                        decr_every_n_nan_or_inf=1, use_dynamic_loss_scaling=True, min_loss_scaling=1.0,
@@ -346,14 +357,24 @@ class GradScaler(PaddleGradScaler):
         if self._static:
             return super().step(optimizer)
         _check_optimizer(optimizer, "step")
-        clip = resolve_clip(grad_clip)
+        return self._step(optimizer, parameters, resolve_clip(grad_clip), None)[0]
+
+    def _step(self, optimizer: Any, parameters: Optional[Iterable[paddle.Tensor]], clip: Any,
+              minimize: Optional[Tuple[tuple, dict]]) -> Tuple[StepResult, Any]:
+        """One optimizer step, for ``step()`` and ``minimize()`` alike: the skip decision, the
+        clip, the update (``optimizer.minimize(*args, **kwargs)`` when ``minimize`` holds the
+        arguments, else :meth:`_apply_step`), the learning rate and the StepResult.
+
+        Returns:
+            (the StepResult, what ``optimizer.minimize`` returned, or None).
+        """
         enabled = self.is_enable()
         needs_params = parameters is not None or clip is not None or self.record_grad_norm or not enabled
         judged: List[Pair] = self._applied(optimizer) if needs_params else []  # off the plain path
         pairs = judged if parameters is None else self._applied(optimizer, _parameters_of(optimizer, parameters))
         scale_used = self._policy.scale if enabled else 1.0
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
-        norm = None
+        norm = out = None
         in_step = layout_of(optimizer).clips_in_step  # fleet reduces the gradients in step()
         if not skipped:
             if clip is not None and not in_step:
@@ -366,17 +387,24 @@ class GradScaler(PaddleGradScaler):
             elif norm is None and self.record_grad_norm and not in_step:
                 norm = global_norm(grads_of(pairs))
             if not skipped:
-                stepped_norm = self._apply_step(optimizer, in_step, clip, parameters)
-                if in_step:  # the clip ran where fleet runs its own: the global norm
-                    norm = stepped_norm
+                token = _APPLYING.set(True)  # a routed optimizer guard defers to this decision
+                try:
+                    if minimize is not None:
+                        out = optimizer.minimize(*minimize[0], **minimize[1])
+                    else:
+                        stepped_norm = self._apply_step(optimizer, in_step, clip, parameters)
+                        if in_step:  # the clip ran where fleet runs its own: the global norm
+                            norm = stepped_norm
+                finally:
+                    _APPLYING.reset(token)
                 self._last_lr = float(optimizer.get_lr())
         if enabled:
             _compat.mark_stepped(self, optimizer)
             if not self._policy.dynamic:
                 _compat.reset_optimizer_stages(self)
-        self._close_step(skipped)
+        self._close_step(optimizer, skipped)
         self._last_result = StepResult(skipped=skipped, loss_scale=scale_used, grad_norm=norm)
-        return self._last_result
+        return self._last_result, out
 
     def _enter_plain_step(self, optimizer: Any) -> bool:
         """The misuse check Paddle's stage machine makes, kept while loss scaling is off."""
@@ -410,15 +438,20 @@ class GradScaler(PaddleGradScaler):
         found = paddle.to_tensor([False]) if norm is None else paddle.logical_not(paddle.isfinite(norm))
         return host_bool(self._agree(found, optimizer)), norm
 
-    def _close_step(self, skipped: bool) -> None:
+    def _close_step(self, optimizer: Any, skipped: bool) -> None:
+        lrhold.note_step(optimizer, skipped)
         self._found_since_update = self._found_since_update or skipped
         self._last_skipped = self._found_since_update
         self._stepped_since_update = True
         _compat.set_found_flags(self, skipped=skipped)
 
     def minimize(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        """``optimizer.minimize(*args)`` unless inf/nan was found, then ``update()``.
+        """``optimizer.minimize(*args, **kwargs)`` unless inf/nan was found, then ``update()``.
 
+        The same step as :meth:`step` (one code path): the skip decision, the learning rate,
+        the norm (with ``record_grad_norm``, or while loss scaling is off), the StepResult
+        (:attr:`last_result`) and the StepEvent to the hooks. A skipped step returns
+        ``(None, None)``. Costs what ``step()`` costs: one device-to-host read of found_inf.
         In a static program this is Paddle's ``minimize`` (which needs an optimizer from
         ``paddle.static.amp.decorate``). One host sync (the skip decision), as ``step()``.
 
@@ -436,18 +469,9 @@ class GradScaler(PaddleGradScaler):
         if self._static:
             return super().minimize(optimizer, *args, **kwargs)
         _check_optimizer(optimizer, "minimize")
-        enabled = self.is_enable()
-        skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
-        norm = None
-        if not enabled and self._skip_nonfinite:
-            skipped, norm = self._nonfinite(optimizer, self._applied(optimizer), None)
-        elif self.record_grad_norm and not skipped:
-            norm = global_norm(grads_of(self._applied(optimizer)))
-        out = (None, None) if skipped else optimizer.minimize(*args, **kwargs)
-        self._close_step(skipped)
-        self._last_result = StepResult(skipped, self._policy.scale if enabled else 1.0, norm)
+        result, out = self._step(optimizer, None, None, (args, kwargs))
         self.update()
-        return out
+        return (None, None) if result.skipped else out
 
     def update(self) -> None:
         """Close the iteration: update the scale, count skips, tell the hooks.

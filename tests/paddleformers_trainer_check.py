@@ -47,8 +47,8 @@ def train(output_dir, max_steps, dtype="float16", poison=(2, 5), value=float("in
                                  device="cpu", save_checkpoint_format="", load_checkpoint_format="", save_to_hf=False)
         assert args.amp_master_grad, "PaddleFormers' default"
         poisoner = Poison(model, poison, value)
-        callback = callback or AmpCallback()
-        callbacks = [poisoner, callback] + ([StopAt(stop_at)] if stop_at else [])
+        callback = AmpCallback() if callback is None else callback  # False: no AmpCallback, routing alone
+        callbacks = [poisoner] + ([callback] if callback else []) + ([StopAt(stop_at)] if stop_at else [])
         trainer = Trainer(model=model, args=args, train_dataset=TokenIds(), callbacks=callbacks)
         assert isinstance(trainer.scaler, amp.GradScaler), type(trainer.scaler)
         with amp.fp16_emulation(model, dtype=dtype):
@@ -66,8 +66,14 @@ train(os.path.join(OUT, "half"), 8, stop_at=4)
 resumed, poisoned_resumed, params_resumed, _ = train(os.path.join(OUT, "half"), 8,
                                                      resume=os.path.join(OUT, "half", "checkpoint-4"))
 _, bf16_poison, bf16_params, bf16_callback = train(os.path.join(OUT, "bf16"), 4, "bfloat16", (2,), float("nan"))
+with amp.routed() as routing:  # routing alone (amp.route() or `run`), no AmpCallback: the routing's guard
+    alone, alone_poison, alone_params, _ = train(os.path.join(OUT, "bf16-routed"), 4, "bfloat16", (2,), float("nan"),
+                                                 callback=False)
+    (alone_guard,) = [g for g in routing.guards if g.optimizer is alone.optimizer]
+    alone_held = routing.lr_steps_held
 try:  # the control: without the guard the NaN reaches the weights, and the Trainer stops at the next loss
-    train(os.path.join(OUT, "bf16-unguarded"), 4, "bfloat16", (2,), float("nan"), callback=AmpCallback(guard=False))
+    with amp.routed(guard_optimizers=False):
+        train(os.path.join(OUT, "bf16-unguarded"), 4, "bfloat16", (2,), float("nan"), callback=AmpCallback(guard=False))
     unguarded = "trained"
 except ValueError as exc:
     unguarded = str(exc)
@@ -83,4 +89,8 @@ print(json.dumps({
              "finite": bool(all(np.isfinite(v.astype("float32")).all() for v in bf16_params.values())),
              "unguarded": unguarded,
              "seen": bf16_poison.seen, "logging_dir": os.path.join(OUT, "bf16", "vdl")},
+    "bf16_routed": {"poisoned": alone_poison.poisoned, "guard_skipped": alone_guard.skipped_steps,
+                    "finite": bool(all(np.isfinite(v.astype("float32")).all() for v in alone_params.values())),
+                    "seen": alone_poison.seen, "lr_steps_held": alone_held,
+                    "global_step": alone.state.global_step},
 }))

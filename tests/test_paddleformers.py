@@ -4,7 +4,7 @@
 points PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON at it; the Trainer runs there
 (tests/paddleformers_trainer_check.py) with its default `amp_master_grad=True`: fp16 under rehearsal
 with an inf injected into the master gradients at optimizer steps 2 and 5, and bf16 with a NaN at
-step 2.
+step 2; and bf16 under routing alone (no AmpCallback), guarded by the routing.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_bf16_the_guard_keeps_a_nan_gradient_out_of_the_weights_and_counts_the_s
     assert bf16["poisoned"] == ["main_grad"]
     assert bf16["unguarded"].startswith("PaddleRecall error(102): LossNan"), "the control: NaN weights, NaN loss"
     assert bf16["finite"] and bf16["guard_skipped"] == 1
-    assert not bf16["guard_active"], "the callback removes its guard at the end of training"
+    assert bf16["guard_active"], "the guard is the routing's (put on the optimizer as it was built): it stays"
     assert [s["last_epoch"] for s in bf16["seen"]] == [1, 1, 2, 3], "the LR holds on the skipped step"
     tags, skips = _scalars(bf16["logging_dir"], "amp/skipped_steps")
     assert {"amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr"} <= tags
@@ -72,3 +72,13 @@ def test_amp_tags_sit_next_to_the_trainers_visualdl_logs(trainer_run):
     tags, skips = _scalars(logging_dir, "amp/skipped_steps")
     assert {"amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/lr"} <= tags, "the PaddleNLP test's tags"
     assert skips == [(0, 0.0), (1, 1.0), (2, 1.0), (3, 1.0), (4, 2.0), (5, 2.0), (6, 2.0), (7, 2.0)]
+
+
+@pytest.mark.slow
+def test_bf16_under_routing_alone_is_guarded_and_its_lr_held(trainer_run):
+    """No AmpCallback: the routing guards the optimizer the Trainer builds, and holds the Trainer's own
+    lr_scheduler.step() after the skipped step (the Trainer's bf16 path has no scaler to hold it)."""
+    alone = trainer_run[0]["bf16_routed"]
+    assert alone["poisoned"] == ["main_grad"] and alone["finite"] and alone["global_step"] == 4
+    assert (alone["guard_skipped"], alone["lr_steps_held"]) == (1, 1)
+    assert [s["last_epoch"] for s in alone["seen"]] == [1, 1, 2, 3], "the same hold as with AmpCallback"

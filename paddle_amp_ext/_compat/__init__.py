@@ -29,10 +29,12 @@ from .layers import gpu_linear_is_fused, o2_low_precision_layers
 from .opdefs import CUDA_ONLY_FLUID_OPS, built_op_names, defined_op_names, registered_op_names
 from .optimizer import (
     applying_method,
+    bound_scheduler,
     grad_of,
     hapi_scaler,
     multiply_inplace,
     optimizer_parameters,
+    optimizer_wrapper_classes,
     squared_l2_norm,
 )
 from .scaler import (
@@ -72,6 +74,7 @@ __all__ = [
     "PADDLE_VERSION",
     "amp_state_dtype",
     "applying_method",
+    "bound_scheduler",
     "autocast_enabled",
     "built_op_names",
     "default_op_lists",
@@ -88,6 +91,7 @@ __all__ = [
     "multiply_inplace",
     "o2_low_precision_layers",
     "optimizer_parameters",
+    "optimizer_wrapper_classes",
     "optimizer_stage",
     "paddle_auto_cast",
     "paddle_decorate",

@@ -31,6 +31,8 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 - ``paddle._C_ops.squared_l2_norm`` (the fused kernel ``paddle.nn.ClipGradByGlobalNorm`` uses) and
   ``paddle._C_ops.multiply_`` (in-place multiply without the Python-side argument binding that
   ``Tensor.multiply_`` pays on 2.6).
+- ``Optimizer._learning_rate``: the ``LRScheduler`` object an optimizer was built with (or a
+  float); fleet's wrappers keep the optimizer in ``_inner_opt`` (both versions).
 - hapi: ``paddle.Model._scaler`` (the GradScaler ``Model.fit(amp_configs=...)`` builds in dygraph).
 """
 
@@ -121,6 +123,19 @@ def applying_method(optimizer: Any) -> str:
     return "_step" if hybrid is not None and isinstance(optimizer, hybrid) else "step"
 
 
+_WRAPPERS = ((_HYBRID_MODULE, "HybridParallelOptimizer"),
+             ("paddle.distributed.fleet.utils.mix_precision_utils", "MixPrecisionOptimizer"))
+
+
+def optimizer_wrapper_classes() -> list:
+    """fleet's optimizer wrappers that are not ``paddle.optimizer.Optimizer`` subclasses and whose
+    ``step`` does not (``MixPrecisionOptimizer``) or not only (``HybridParallelOptimizer``) call
+    their inner optimizer's: those of their modules already loaded (``import paddle`` loads both
+    on 2.6.2 and 3.3.1). Imports nothing."""
+    found = (getattr(sys.modules.get(module), name, None) for module, name in _WRAPPERS)
+    return [cls for cls in found if isinstance(cls, type)]
+
+
 def squared_l2_norm(x: Tensor) -> Tensor:
     """sum(x**2) as a 1-element tensor of ``x``'s dtype, in one fused kernel (Paddle's clip's)."""
     return paddle._C_ops.squared_l2_norm(x)
@@ -134,3 +149,21 @@ def multiply_inplace(x: Tensor, factor: Tensor) -> None:
 def hapi_scaler(model: Any) -> Any:
     """The GradScaler a ``paddle.Model`` built for ``amp_configs`` (None without AMP)."""
     return getattr(model, "_scaler", None)
+
+
+def bound_scheduler(optimizer: Any) -> Any:
+    """The ``paddle.optimizer.lr.LRScheduler`` an optimizer reads its learning rate from, or None.
+
+    Paddle keeps the scheduler object itself in ``optimizer._learning_rate`` (a float there is a
+    constant rate); fleet's wrappers (``HybridParallelOptimizer``, ``MixPrecisionOptimizer``)
+    hold the optimizer in ``_inner_opt``. Reads attributes only (no ``__getattr__`` of a
+    wrapper is relied on).
+    """
+    seen = 0
+    while optimizer is not None and seen < 8:  # a bounded walk: wrappers of wrappers
+        rate = vars(optimizer).get("_learning_rate") if hasattr(optimizer, "__dict__") else None
+        if isinstance(rate, paddle.optimizer.lr.LRScheduler):
+            return rate
+        optimizer = vars(optimizer).get("_inner_opt") if hasattr(optimizer, "__dict__") else None
+        seen += 1
+    return None

@@ -4,9 +4,13 @@ Runs a training script as ``python SCRIPT ARGS`` would, with ``paddle.amp`` rout
 package (:func:`paddle_amp_ext.routed`): every ``paddle.amp.GradScaler`` the script builds is this
 package's, with a VisualDL hook writing its own run directory under ``--logdir``, and
 ``auto_cast``/``decorate`` get the validated lists and the gate; ``--emulate float16`` rehearses
-the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). At exit a summary (steps,
-skipped steps, loss-scale range, where the logs are) goes to stderr, or as JSON to stdout with
-``--json``, and the command exits with the script's own code (2 for a usage error before the
+the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). Every optimizer the
+script builds is guarded (a step without a GradScaler skips inf/nan gradients; ``--no-guard``
+turns it off), and an LR scheduler bound to an optimizer whose step was skipped does not advance
+on the script's own ``lr.step()`` after it, once per skipped step (``--no-lr-hold``; see
+:mod:`paddle_amp_ext.lrhold`). At exit a summary (steps,
+skipped steps, loss-scale range, where the logs are, the ``lr.step()`` calls held) goes to stderr,
+or as JSON to stdout with ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
 
 The script's import order is its own: ``run`` does not import paddle; the routing is put in
@@ -37,7 +41,7 @@ PROG = "python -m paddle_amp_ext.run"
 
 
 class ScalerSummary:
-    """A scaler hook that counts steps and skips and keeps the loss-scale range (host values only)."""
+    """A scaler (or guard) hook that counts steps and skips and keeps the loss-scale range (host values only)."""
 
     def __init__(self, logdir: Optional[str]) -> None:
         self.logdir = logdir
@@ -56,6 +60,27 @@ class ScalerSummary:
                 "loss_scale_max": self.high, "logdir": self.logdir}
 
 
+class LazyVisualDLHook:
+    """A :class:`~paddle_amp_ext.VisualDLHook` made at the first step it is told of (a guard whose
+    optimizer a scaler steps is never told: it leaves no empty run directory)."""
+
+    def __init__(self, logdir: str, on_made: Any) -> None:
+        self._logdir, self._on_made = logdir, on_made
+        self.hook: Any = None
+
+    def on_step(self, event: Any) -> None:
+        if self.hook is None:
+            from ..visualdl import VisualDLHook
+
+            self.hook = VisualDLHook(self._logdir)
+            self._on_made(self.hook)
+        self.hook.on_step(event)
+
+    def on_overflow(self, event: Any) -> None:
+        if self.hook is not None and hasattr(self.hook, "on_overflow"):
+            self.hook.on_overflow(event)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Run an unmodified Paddle training script with paddle.amp "
                                      "routed to paddle_amp_ext: validated op lists, the gate, the non-finite guard "
@@ -64,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--logdir", default="runs", help="VisualDL logs: one run directory per scaler (default runs)")
     parser.add_argument("--no-log", action="store_true", help="no VisualDL hook")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    parser.add_argument("--no-lr-hold", action="store_true",
+                        help="let an LR scheduler advance on the script's lr.step() after a skipped optimizer step "
+                             "(default: held once per skipped step; routed(hold_lr_on_skip=False))")
+    parser.add_argument("--no-guard", action="store_true",
+                        help="do not guard optimizers stepped without a GradScaler (default: an inf/nan step is "
+                             "skipped, one host sync per step; routed(guard_optimizers=False))")
     parser.add_argument("--emulate", choices=("float16", "bfloat16"),
                         help="rehearse the script's AMP numerics on any device: functional ops and nn.Linear are "
                              "rounded as AMP computes them and the GradScaler runs for real (paddle_amp_ext.rehearse)")
@@ -155,6 +186,8 @@ class _Session:
         self.logdir = None if args.no_log else os.path.abspath(args.logdir)  # before any os.chdir
         self.pid = os.getpid()
         self.summaries: List[ScalerSummary] = []
+        self.guard_summaries: List[ScalerSummary] = []
+        self.routing: Any = None  # the Routing, once the script has imported paddle
         self.hooks: List[Tuple[int, Any]] = []  # (pid of the process that attached it, hook)
         self.children = _children_started()
 
@@ -170,7 +203,9 @@ class _Session:
                 raise _ConfigRejectedError(str(exc)) from None
         from ..integrations.routing import routed
 
-        self.stack.enter_context(routed(config, on_scaler=self.attach))
+        self.routing = self.stack.enter_context(routed(
+            config, on_scaler=self.attach, on_guard=self.attach_guard, hold_lr_on_skip=not self.args.no_lr_hold,
+            guard_optimizers=not self.args.no_guard))
         if self.args.emulate:
             from ..rehearsal.emulation import rehearse
 
@@ -187,6 +222,18 @@ class _Session:
         summary = new_scaler.add_hook(ScalerSummary(logdir))
         if os.getpid() == self.pid:
             self.summaries.append(summary)
+
+    def attach_guard(self, guard: Any) -> None:
+        summary = ScalerSummary(None)
+        if self.logdir is not None:
+            def made(hook: Any) -> None:
+                self.hooks.append((os.getpid(), hook))  # the process whose guard stepped first
+                summary.logdir = hook.logdir
+
+            guard.add_hook(LazyVisualDLHook(self.logdir, made))
+        guard.add_hook(summary)
+        if os.getpid() == self.pid:
+            self.guard_summaries.append(summary)
 
     def close(self) -> None:
         """Flush and close the VisualDL hooks this process attached (one device read each)."""
@@ -224,12 +271,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         return end.exit_code
     summary = {"script": args.script, "exit_code": end.exit_code,
                "scalers": [s.to_dict() for s in session.summaries],
+               "guards": [s.to_dict() for s in session.guard_summaries if s.steps],
+               "lr_steps_held": session.routing.lr_steps_held if session.routing is not None else 0,
+               "lr_hold": not args.no_lr_hold, "guard_optimizers": not args.no_guard,
                "child_processes": _children_started() - session.children}
     if args.json:
         print(json.dumps(summary), flush=True)
     else:
         print(_render(summary), file=sys.stderr, flush=True)
-    if not summary["scalers"] and summary["child_processes"]:
+    if not summary["scalers"] and not summary["guards"] and summary["child_processes"]:
         print(f"{PROG}: warning: {_UNROUTED_CHILDREN.format(n=summary['child_processes'])}", file=sys.stderr,
               flush=True)
     return end.exit_code
@@ -256,13 +306,20 @@ def _children_started() -> int:
 
 def _render(summary: Dict[str, Any]) -> str:
     lines = [f"paddle_amp_ext.run: {summary['script']} exited with code {summary['exit_code']}."]
-    if not summary["scalers"]:
+    if not summary["scalers"] and not summary["guards"]:
         lines.append("  The script built no paddle.amp.GradScaler.")
     for i, s in enumerate(summary["scalers"]):
         scale = ("loss scale -" if s["loss_scale_min"] is None else
                  f"loss scale {s['loss_scale_min']:g}..{s['loss_scale_max']:g}")
         where = f"; VisualDL logs in {s['logdir']}" if s["logdir"] else ""
         lines.append(f"  GradScaler {i}: {s['steps']} steps, {s['skipped']} skipped, {scale}{where}")
+    for i, s in enumerate(summary["guards"]):
+        where = f"; VisualDL logs in {s['logdir']}" if s["logdir"] else ""
+        lines.append(f"  Optimizer guard {i} (steps without a GradScaler): {s['steps']} steps, {s['skipped']} "
+                     f"skipped{where}")
+    if summary["lr_steps_held"]:
+        lines.append(f"  LR scheduler: {summary['lr_steps_held']} lr.step() call(s) held after skipped steps "
+                     "(--no-lr-hold lets them advance).")
     return "\n".join(lines)
 
 

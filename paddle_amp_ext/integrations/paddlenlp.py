@@ -54,7 +54,8 @@ class AmpCallback(TrainerCallback):
     With loss scaling (``fp16=True``) the Trainer's scaler is this package's (route first): a
     :class:`paddle_amp_ext.VisualDLHook` is attached to it. Without (``bf16=True``, or float32),
     the Trainer calls ``optimizer.step()`` and ``lr_scheduler.step()`` itself, so before the first
-    step the callback guards its optimizer with :func:`paddle_amp_ext.guard_optimizer` (a step
+    step the callback guards its optimizer with :func:`paddle_amp_ext.guard_optimizer` (or uses
+    the guard a routing put on it as it was built, and leaves that one in place; a step
     whose gradients hold inf/nan is not applied, and is counted), makes its LR scheduler's
     ``step`` hold on a skipped step (as the Trainer does itself with a scaler) and attaches the
     hook to the guard; both are undone at the end of training. A guard the user put on the
@@ -94,7 +95,7 @@ class AmpCallback(TrainerCallback):
             from ..guard import guard_of, guard_optimizer
 
             self._end_guard()
-            users = guard_of(optimizer)  # a guard the user installed is used as it is, and left in place
+            users = guard_of(optimizer)  # a guard the user or a routing installed is used as it is, and left in place
             self._owns_guard = users is None
             self.optimizer_guard = users if users is not None else guard_optimizer(optimizer)
             if kwargs.get("lr_scheduler") is not None:

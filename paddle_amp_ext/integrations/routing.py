@@ -24,9 +24,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import paddle
 
-from .. import autocast, legacy, scaler
+from .. import autocast, legacy, lrhold, scaler
 from ..config import AmpConfig
-from . import overrides
+from . import autoguard, overrides
 
 #: The ``paddle.amp`` attributes routing replaces.
 ROUTED_NAMES = ("GradScaler", "AmpScaler", "auto_cast", "amp_guard", "decorate", "amp_decorate")
@@ -52,14 +52,25 @@ class Routing:
         replacements: what ``paddle.amp``'s names are while routed (the same for every routing).
     """
 
-    def __init__(self, config: Optional[AmpConfig], on_scaler: Optional[Callable[[Any], Any]]) -> None:
+    def __init__(self, config: Optional[AmpConfig], on_scaler: Optional[Callable[[Any], Any]],
+                 hold_lr_on_skip: bool = True, guard_optimizers: bool = True,
+                 on_guard: Optional[Callable[[Any], Any]] = None) -> None:
         if config is not None and not isinstance(config, AmpConfig):
             raise TypeError(f"config must be an AmpConfig. Received: {config!r} (of type {type(config).__name__})")
-        if on_scaler is not None and not callable(on_scaler):
-            raise TypeError(f"on_scaler must be a callable taking the new GradScaler. Received: {on_scaler!r}")
+        for name, value in (("on_scaler", on_scaler), ("on_guard", on_guard)):
+            if value is not None and not callable(value):
+                what = "GradScaler" if name == "on_scaler" else "OptimizerGuard"
+                raise TypeError(f"{name} must be a callable taking the new {what}. Received: {name}={value!r}")
+        for name, value in (("hold_lr_on_skip", hold_lr_on_skip), ("guard_optimizers", guard_optimizers)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False. Received: {name}={value!r} "
+                                f"(of type {type(value).__name__})")
         self.config = config
-        self._on_scaler = on_scaler
+        self.hold_lr_on_skip, self.guard_optimizers = hold_lr_on_skip, guard_optimizers
+        self._on_scaler, self._on_guard = on_scaler, on_guard
         self._scalers: List[weakref.ref] = []
+        self._guards: List[weakref.ref] = []
+        self._held_before = lrhold.total_held()
         self._thread = threading.get_ident()
         self._first_call = overrides.FirstCall(config.fp32_layers) if config is not None and config.fp32_layers \
             else None
@@ -68,6 +79,23 @@ class Routing:
     @property
     def scalers(self) -> List[Any]:
         return [s for s in (ref() for ref in self._scalers) if s is not None]
+
+    @property
+    def guards(self) -> List[Any]:
+        """The :class:`~paddle_amp_ext.OptimizerGuard` put on every optimizer built under this routing
+        (``guard_optimizers=True``; weakly held)."""
+        return [g for g in (ref() for ref in self._guards) if g is not None]
+
+    @property
+    def lr_steps_held(self) -> int:
+        """``lr.step()`` calls held since this routing began (``hold_lr_on_skip``; over every
+        scheduler of the process, so overlapping routings count each other's)."""
+        return lrhold.total_held() - self._held_before
+
+    def _guarded(self, guard: Any) -> None:
+        self._guards.append(weakref.ref(guard))
+        if self._on_guard is not None:
+            self._on_guard(guard)
 
     def _built(self, new: Any) -> None:
         self._scalers.append(weakref.ref(new))
@@ -91,6 +119,10 @@ class Routing:
                 raise RuntimeError("This routing was undone already (a second undo(), or unroute() after the "
                                    "`with routed()` block ended it): undo each routing once.")
             _active[:] = [active for active in _active if active is not self]
+            if self.hold_lr_on_skip:
+                lrhold.deactivate()
+            if self.guard_optimizers:
+                autoguard.uninstall(self)
             if self._first_call is not None:
                 self._first_call.uninstall()
             if not _active:
@@ -174,7 +206,9 @@ def _restore() -> None:
     _saved.clear()
 
 
-def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[Any], Any]] = None) -> Routing:
+def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[Any], Any]] = None,
+          hold_lr_on_skip: bool = True, guard_optimizers: bool = True,
+          on_guard: Optional[Callable[[Any], Any]] = None) -> Routing:
     """Make ``paddle.amp.GradScaler``, ``auto_cast`` and ``decorate`` be this package's; reversible.
 
     Safe across threads: each routing counts, and ``paddle.amp`` is restored when the last one
@@ -185,6 +219,15 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
             (``config.given``) replaces the caller's argument (op lists merged, ``fp32_layers``
             kept in float32; see :mod:`paddle_amp_ext.integrations.overrides`).
         on_scaler: called with every GradScaler built while routed (e.g. to add hooks).
+        hold_lr_on_skip: an LR scheduler bound to an optimizer whose last step was skipped does
+            not advance on the loop's own ``lr.step()``, once per skipped step (default True;
+            see :mod:`paddle_amp_ext.lrhold` for the exact rule; counted in
+            :attr:`Routing.lr_steps_held`).
+        guard_optimizers: guard every optimizer built while routed, so a step without a
+            GradScaler (bf16/fp32 loops, the Trainers' bf16 path) skips inf/nan gradients
+            (default True; one host sync per such step; a scaler-stepped optimizer is judged by
+            its scaler only; see :mod:`paddle_amp_ext.integrations.autoguard`).
+        on_guard: called with every such :class:`~paddle_amp_ext.OptimizerGuard` (e.g. to add hooks).
 
     Returns:
         The :class:`Routing`; ``routing.undo()`` (or :func:`unroute`) ends it.
@@ -196,11 +239,15 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
         >>> routing = route()  # doctest: +SKIP
         >>> trainer = Trainer(args=TrainingArguments(fp16=True, ...), ...)  # builds our scaler
     """
-    routing = Routing(config, on_scaler)
+    routing = Routing(config, on_scaler, hold_lr_on_skip, guard_optimizers, on_guard)
     with _lock:
         if not _active:
             _install()
         _active.append(routing)
+        if hold_lr_on_skip:
+            lrhold.activate()
+        if guard_optimizers:
+            autoguard.install(routing, _current)
         if routing._first_call is not None:
             routing._first_call.install()
     return routing
@@ -223,26 +270,31 @@ def active_routing() -> Optional[Routing]:
 
 
 @contextlib.contextmanager
-def routed(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[Any], Any]] = None
-           ) -> Iterator[Routing]:
+def routed(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[Any], Any]] = None,
+           hold_lr_on_skip: bool = True, guard_optimizers: bool = True,
+           on_guard: Optional[Callable[[Any], Any]] = None) -> Iterator[Routing]:
     """:func:`route` for the duration of a ``with`` block.
 
     Args:
         config: as for :func:`route`.
         on_scaler: as for :func:`route`.
+        hold_lr_on_skip: as for :func:`route`.
+        guard_optimizers: as for :func:`route`.
+        on_guard: as for :func:`route`.
 
     Returns:
         A context manager yielding the :class:`Routing`, undone when the block ends (however
         it ends).
 
     Raises:
-        TypeError: ``config`` is not an :class:`AmpConfig`, or ``on_scaler`` is not callable.
+        TypeError: as for :func:`route`.
 
     Example:
         >>> with routed(AmpConfig(dtype="float16")) as routing:  # doctest: +SKIP
         ...     model.fit(data)                                  # hapi's GradScaler is ours
     """
-    routing = route(config, on_scaler=on_scaler)
+    routing = route(config, on_scaler=on_scaler, hold_lr_on_skip=hold_lr_on_skip,
+                    guard_optimizers=guard_optimizers, on_guard=on_guard)
     try:
         yield routing
     finally:
