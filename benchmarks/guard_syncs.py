@@ -82,8 +82,8 @@ def measure(kind: str, variant: str, steps: int) -> Dict[str, Any]:
     import paddle
 
     import paddle_amp_ext as amp
-    from paddle_amp_ext import _compat
     from paddle_amp_ext.clip import global_norm
+    from paddle_amp_ext.gradients import applied_grads, grads_of
 
     paddle.seed(0)
     model = paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.ReLU(), paddle.nn.Linear(16, 1))
@@ -102,7 +102,7 @@ def measure(kind: str, variant: str, steps: int) -> Dict[str, Any]:
                 if variant == "plain":
                     opt.step()
                 elif variant == "found_inf":
-                    norm = global_norm(list(_compat.iter_grads(_compat.optimizer_parameters(opt))))
+                    norm = global_norm(grads_of(applied_grads(opt)))
                     opt._set_auxiliary_var("found_inf", paddle.logical_not(paddle.isfinite(norm)))
                     opt.step()
                     skipped.append(opt._get_auxiliary_var("found_inf") is True)  # a host bool by now
