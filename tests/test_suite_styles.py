@@ -112,7 +112,6 @@ def test_the_det_style_trainer_turns_amp_off_on_a_cpu_itself(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="needs branch routing", strict=False)
 @pytest.mark.parametrize("style", STYLES)
 def test_a_skipped_step_holds_the_loops_own_lr_scheduler(suite_run, style):
     _, _, report, summary = suite_run(style, "emulated")
@@ -179,7 +178,6 @@ def test_sigint_keeps_every_record_of_the_ocr_style_loop(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="needs branch routing", strict=False)
 @pytest.mark.parametrize("style", STYLES)
 def test_minimize_records_the_learning_rate_of_every_step(suite_run, style):
     pytest.importorskip("visualdl")
