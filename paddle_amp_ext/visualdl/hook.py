@@ -193,12 +193,12 @@ class VisualDLHook:
         """The loss as logged: a loss of N elements is recorded as its mean (no kernel, no sync here:
         the writer averages the values it reads), named once."""
         shape = getattr(loss, "shape", None)
-        if shape is not None and math.prod(shape) != 1:
-            warn_once(f"visualdl:vector:{id(self)}", "VisualDLHook: the loss given to scale() has shape %s, not one "
-                      "value: amp/loss records its mean (NaN for an empty loss). backward() of a non-scalar loss "
-                      "computes the gradient of its sum; pass loss.mean() to scale() if the mean was meant.",
-                      list(shape))
-        return loss
+        if shape is None or math.prod(shape) == 1:
+            return loss
+        warn_once(f"visualdl:vector:{id(self)}", "VisualDLHook: the loss given to scale() has shape %s, not one "
+                  "value: amp/loss records its mean (NaN for an empty loss). backward() of a non-scalar loss "
+                  "computes the gradient of its sum; pass loss.mean() to scale() if the mean was meant.", list(shape))
+        return loss if math.prod(shape) else math.nan
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise refuse_copy(self)

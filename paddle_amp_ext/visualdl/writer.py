@@ -200,7 +200,12 @@ class BatchedWriter:
         if not count or not self._usable():
             return
         entries = self._queue[:count]
-        chunks = encode(entries)  # a KeyboardInterrupt here leaves the queue as it was
+        try:
+            chunks = encode(entries)  # a KeyboardInterrupt here leaves the queue as it was
+        except Exception as exc:  # a value Paddle cannot read in a batch: each on its own, NaN where it fails
+            warn_once(f"visualdl:read:{id(self)}", "VisualDL hook could not read the logged values in one batch "
+                      "(%r): read one by one, NaN where a value cannot be read.", exc)
+            chunks = self._encode_each(entries)
         try:
             self._file.write_bytes(b"".join(chunks))
         except OSError as exc:
@@ -259,7 +264,10 @@ class BatchedWriter:
                 continue
             for j, (_, value) in enumerate(entry[2]):
                 if _is_device(value):
-                    values[(id(entry[2]), j)] = host_means(value.numpy().reshape(1, -1), value.dtype)[0]
+                    try:
+                        values[(id(entry[2]), j)] = host_means(value.numpy().reshape(1, -1), value.dtype)[0]
+                    except Exception:  # noqa: BLE001 - one unreadable value never stops the records
+                        values[(id(entry[2]), j)] = math.nan
         return self._encoded(entries, values)
 
     def _encoded(self, entries: List[Entry], values: dict) -> List[bytes]:
