@@ -130,26 +130,34 @@ class VisualDLHook:
 
     Tags: ``amp/loss``, ``amp/loss_scale`` (the raw scale, e.g. 65536), ``amp/log2_loss_scale``
     (16 for 2**16), ``amp/skipped_steps``, ``amp/grad_norm`` (when the scaler computed it) and
-    ``amp/lr``. Nothing is lost for want of ``close()``: the records are flushed and closed
-    when the hook is garbage-collected (with the scaler that holds it), at interpreter exit and
-    on SIGTERM; ``kill -9`` loses at most the steps since the last flush.
+    ``amp/lr``. A loss of several values (per-sample losses) is recorded as its mean. Nothing
+    is lost for want of ``close()``: the records are flushed and closed when the hook is
+    garbage-collected (with the scaler that holds it), at interpreter exit, on SIGTERM and on
+    SIGINT (before a handler of the script's); a background thread writes every step within
+    ``flush_secs``, so ``kill -9``, an OOM kill or an abort loses at most the last ``flush_secs``
+    of steps (docs/guides/records.md). A hook cannot be pickled or copied (TypeError).
 
     Args:
         logdir: the VisualDL log directory to serve (``visualdl_serve --logdir LOGDIR``).
-        flush_every: fetch device values and write after this many steps...
-        flush_secs: ...or once this many seconds have passed since the last write, whichever
-            comes first (checked when a step is logged, on the host clock).
+        flush_every: fetch device values and write after this many steps (one device read in
+            the training thread)...
+        flush_secs: ...and a background thread writes what waits once this many seconds have
+            passed since the last write (default 1; its device reads are its own, no sync in
+            the training thread); ``math.inf``: steps only.
         all_ranks: in data-parallel runs log every rank to ``RUN/rank{N}`` (every rank must create
             the hook: rank 0 tells the others the run's name); default rank 0 only.
         filename_suffix: appended to the record file's name.
         run_name: the run's directory under ``logdir``. Default: a new one named by local time,
             pid and a counter (``20261130-060707-4242-0``), so every hook and every re-run is its
             own run in VisualDL's run list (VisualDL shows only the newest record file of a
-            directory); ``""`` writes into ``logdir`` itself. ``hook.logdir`` says where.
+            directory); ``""`` writes into ``logdir`` itself. A named run whose directory
+            already holds records becomes ``NAME-1``, ``NAME-2``... (with a warning), so two
+            runs never hide each other. ``hook.logdir`` says where.
 
     Raises:
         ValueError, TypeError: a bad ``logdir``, ``run_name``, ``flush_every`` or ``flush_secs``.
-        OSError: ``logdir`` cannot be written.
+        OSError: ``logdir`` cannot be written, or a directory the hook would create is a
+            symbolic link (planted in a shared logdir: never followed).
         ImportError: VisualDL is not installed.
 
     Example:

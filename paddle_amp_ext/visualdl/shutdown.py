@@ -146,6 +146,10 @@ def _put_back_native(signum: int, action: ctypes.Array) -> bool:
         return False
 
 
+try:  # CPython's C function: signal.getsignal wraps it to turn ints into enums (10x slower)
+    from _signal import getsignal as _getsignal
+except ImportError:  # pragma: no cover - another interpreter
+    _getsignal = signal.getsignal
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT") if hasattr(signal, name))
 
 
@@ -164,11 +168,11 @@ def _install_handlers() -> None:
 
 def keep_handlers() -> None:
     """Put our handler back in front of one the script installed since (main thread only; a
-    ``signal.getsignal`` per signal: called at every logged step)."""
+    ``getsignal`` per signal: called at every logged step)."""
     if not _installed:
         return
     for signum in _SIGNALS:
-        current = signal.getsignal(signum)
+        current = _getsignal(signum)
         if current is not _on_signal:
             _wrap(signum, current)
 

@@ -241,42 +241,38 @@ class BatchedWriter:
             self._queue[i] = (step, wall, [r for r in rows if _is_device(r[1])])
 
     def _encode_stacked(self, entries: List[Entry]) -> List[bytes]:
-        """``entries`` as bytes, one device read in all (one stack per shape and dtype)."""
-        groups: dict = {}
+        """``entries`` as bytes, one device read in all (one stack per shape and dtype). The device
+        values in the rows are replaced by host floats in place (idempotent: an interrupted
+        encode leaves rows that encode the same)."""
+        tensor, groups = paddle.Tensor, {}
         for entry in entries:
-            if isinstance(entry, bytes):
+            if entry.__class__ is bytes:
                 continue
-            for j, (_, value) in enumerate(entry[2]):
-                if _is_device(value):
+            for j, row in enumerate(entry[2]):
+                value = row[1]
+                if isinstance(value, tensor):
                     groups.setdefault((tuple(value.shape), value.dtype), []).append((entry[2], j))
-        values: dict = {}
         for (_, dtype), members in groups.items():
             host = paddle.stack([rows[j][1] for rows, j in members]).numpy()
             for (rows, j), value in zip(members, host_means(host.reshape(len(members), -1), dtype)):
-                values[(id(rows), j)] = value
-        return self._encoded(entries, values)
+                rows[j] = (rows[j][0], value)
+        return self._encoded(entries)
 
     def _encode_each(self, entries: List[Entry]) -> List[bytes]:
         """``entries`` as bytes, each device value read on its own (no Paddle op in this thread)."""
-        values: dict = {}
+        tensor = paddle.Tensor
         for entry in entries:
-            if isinstance(entry, bytes):
+            if entry.__class__ is bytes:
                 continue
-            for j, (_, value) in enumerate(entry[2]):
-                if _is_device(value):
+            rows = entry[2]
+            for j, (tag, value) in enumerate(rows):
+                if isinstance(value, tensor):
                     try:
-                        values[(id(entry[2]), j)] = host_means(value.numpy().reshape(1, -1), value.dtype)[0]
+                        rows[j] = (tag, host_means(value.numpy().reshape(1, -1), value.dtype)[0])
                     except Exception:  # noqa: BLE001 - one unreadable value never stops the records
-                        values[(id(entry[2]), j)] = math.nan
-        return self._encoded(entries, values)
+                        rows[j] = (tag, math.nan)
+        return self._encoded(entries)
 
-    def _encoded(self, entries: List[Entry], values: dict) -> List[bytes]:
-        encode, out = self._encoder.step, []
-        for entry in entries:
-            if isinstance(entry, bytes):
-                out.append(entry)
-                continue
-            step, wall, rows = entry
-            out.append(encode(step, wall, [(tag, values[(id(rows), j)] if _is_device(v) else v)
-                                           for j, (tag, v) in enumerate(rows)]))
-        return out
+    def _encoded(self, entries: List[Entry]) -> List[bytes]:
+        encode = self._encoder.step
+        return [entry if entry.__class__ is bytes else encode(*entry) for entry in entries]
