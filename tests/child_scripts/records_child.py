@@ -16,6 +16,8 @@ WHAT:
   printing "step N"; the parent sends SIGINT. ocr_*: a PaddleOCR-style handler that SIGKILLs
   its process group, installed before or after the hook is made; default: Python's
   KeyboardInterrupt (caught: prints "interrupted at N" and exits 130).
+- "chains_back" / "ignored": after the hook, the script installs a SIGINT handler that calls
+  the one it replaced (ours), or SIG_IGN; logs N steps and sends itself SIGINT.
 """
 
 import os
@@ -64,6 +66,28 @@ if WHAT.startswith("sigint"):
         sys.exit(130)
     sys.exit(0)
 
+if WHAT in ("chains_back", "ignored"):  # a handler installed after the hook, wrapped at the next step
+    hook = amp.VisualDLHook(LOGDIR, run_name="", flush_every=10**6, flush_secs=1000.0)
+    if WHAT == "chains_back":
+        previous = signal.getsignal(signal.SIGINT)  # ours
+
+        def calls_previous(signum, frame):
+            print("script handler", flush=True)
+            previous(signum, frame)  # as well-behaved handlers do: reaches Python's, never ours again
+
+        signal.signal(signal.SIGINT, calls_previous)
+    else:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for step in range(N):
+        hook.on_step(event(step))
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+        print("still running", flush=True)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", flush=True)
+    print("written", len(hook._out._queue) == 0, flush=True)
+    sys.exit(0)
 hook = amp.VisualDLHook(LOGDIR, run_name="", flush_every=10**6, flush_secs=0.5)
 if WHAT == "hung_device":
     hang = threading.Event()
