@@ -11,7 +11,8 @@ WHAT:
 - "hung_device": as "idle", but every device read in the background flusher blocks forever
   (a GPU stream stuck behind a hung collective): the host rows must be written anyway.
 - "interrupt_in_flush": a KeyboardInterrupt raised by a handler of the script's (installed
-  after the last step, so not wrapped) while one flush of N steps is being encoded.
+  after the last step, so not wrapped) while one flush of N steps is being encoded;
+  "interrupt_in_flush_ours": the same SIGINT with our handler in place (Python's default after it).
 - "sigint_ocr_before" / "sigint_ocr_after" / "sigint_default": train with the real scaler,
   printing "step N"; the parent sends SIGINT. ocr_*: a PaddleOCR-style handler that SIGKILLs
   its process group, installed before or after the hook is made; default: Python's
@@ -96,7 +97,7 @@ if WHAT == "hung_device":
         hang.wait()  # the flusher holds here, as on a device read behind a hung collective
 
     hook._out._encode_each = never_answers
-if WHAT == "interrupt_in_flush":
+if WHAT.startswith("interrupt_in_flush"):
     hook = amp.VisualDLHook(LOGDIR, run_name="x", flush_every=10**6, flush_secs=1000.0)
     encoder = hook._out._encoder
     encode = encoder.step
@@ -115,11 +116,12 @@ if WHAT == "busy":
         print("step", step, flush=True)
 for step in range(N):
     hook.on_step(event(step))
-if WHAT == "interrupt_in_flush":
+if WHAT.startswith("interrupt_in_flush"):
     def raising(signum, frame):  # the script's own, installed after the last step: ours never wrapped it
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, raising)
+    if WHAT == "interrupt_in_flush":  # else ours (Python's KeyboardInterrupt after the flush)
+        signal.signal(signal.SIGINT, raising)
     try:
         hook.flush()
     except KeyboardInterrupt:
