@@ -189,7 +189,10 @@ class RecordFile:
         self.write_bytes(meta_record(round(time.time() * 1000)))
 
     def removed(self) -> bool:
-        """True when the file was unlinked (its run directory or logdir removed) while open."""
+        """True when the file was unlinked (its run directory or logdir removed) while open, or
+        a re-creation after that failed (tried again at the next write)."""
+        if self._fd < 0:
+            return True
         try:
             return os.fstat(self._fd).st_nlink == 0
         except OSError:
@@ -198,8 +201,9 @@ class RecordFile:
     def reopen(self) -> str:
         """Re-create the run directory and a new record file after :meth:`removed`; the old path."""
         old = self.path
-        os.close(self._fd)
-        self._fd = -1
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         self._base, missing = split_existing(self._base)
         self._parts = missing + self._parts
         self._open_new()

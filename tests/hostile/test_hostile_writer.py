@@ -194,6 +194,28 @@ def test_a_removed_directory_that_cannot_be_re_created_keeps_the_steps(tmp_path,
     assert hook.dropped_steps == 0
 
 
+def test_a_removed_directory_that_mkdir_refuses_keeps_the_steps(tmp_path, caplog_amp, monkeypatch):
+    """The same as the read-only parent above, also as root: mkdir refused (EACCES)."""
+    logdir = tmp_path / "runs"
+    hook = amp.VisualDLHook(logdir, run_name="exp", flush_every=5)
+    log(hook, range(5))
+    shutil.rmtree(logdir / "exp")
+    real_mkdir = os.mkdir
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(records.os, "mkdir", refused)
+    log(hook, range(5, 10))
+    assert hook._out.pending == 5, "the steps wait in memory"
+    assert "was removed and cannot be re-created ([Errno 13] Permission denied)" in caplog_amp.text
+    monkeypatch.setattr(records.os, "mkdir", real_mkdir)
+    log(hook, range(10, 15))
+    hook.close()
+    assert steps_in(files(logdir / "exp")[0]) == list(range(5, 15))
+    assert hook.dropped_steps == 0
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
 def test_a_read_only_run_directory_after_opening_still_gets_every_step(tmp_path):
     hook = amp.VisualDLHook(tmp_path, run_name="exp", flush_every=5)
