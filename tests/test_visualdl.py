@@ -187,6 +187,10 @@ def test_logged_steps_survive_kill_and_exit(tmp_path, how, expected_steps):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == (-signal.SIGKILL if how == "kill" else 0), proc.stderr
     data = read(str(tmp_path / "run"))
+    recorded = len(data["amp/loss"])
+    if how == "kill":  # flushed at step 20; the background flusher may have written the last 3 (it had 1 s)
+        assert expected_steps <= recorded <= 23
+        expected_steps = recorded
     assert [s for s, _ in data["amp/loss"]] == list(range(expected_steps))
     assert [v for _, v in data["amp/loss"]] == [float(s) for s in range(expected_steps)]
 

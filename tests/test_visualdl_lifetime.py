@@ -180,7 +180,12 @@ def test_flush_after_flush_secs_without_another_step(tmp_path):
     while os.path.getsize(path) < 100 and time.monotonic() - start < 10:
         time.sleep(0.02)
     waited = time.monotonic() - start
+    for _ in range(100):  # the host rows are written first, the loss (a device value) right after
+        if len(LogReader(file_path=path).get_data("scalar", "amp/loss")) == 3:
+            break
+        time.sleep(0.05)
     assert [d.id for d in LogReader(file_path=path).get_data("scalar", "amp/loss")] == [0, 1, 2]
+    assert [d.id for d in LogReader(file_path=path).get_data("scalar", "amp/loss_scale")] == [0, 1, 2]
     assert 0.3 < waited < 5, waited
     log_steps(hook, [3])
     hook.close()

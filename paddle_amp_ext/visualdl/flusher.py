@@ -5,8 +5,11 @@ One daemon thread for all writers, started with the first and ended when the las
 writer's waiting steps (:meth:`.BatchedWriter.flush_background`, under
 :func:`.shutdown.exclusive`, so never at the same time as the training thread's own flush),
 whether or not another step arrives: a job whose last step is followed by a hung collective
-or a dying peer still has that step on disk a ``flush_secs`` later. It runs Paddle code only to
-read device values (``Tensor.numpy()``), never an op.
+or a dying peer still has that step on disk a ``flush_secs`` later. Its device reads (a
+``paddle.stack`` and one ``numpy()`` per shape and dtype, under ``paddle.no_grad()``) run in its
+own thread: Paddle keeps the tracer, the AMP level and the grad mode per thread
+(``thread_local`` in ``paddle/fluid/imperative/tracer.cc``, from reading Paddle's code), so the
+training thread's ``auto_cast`` neither applies to them nor is touched.
 
 It needs the interpreter: a main thread blocked in C code that holds the GIL stops it too
 (Paddle's collectives and backward release it; measured on the CPU with gloo). A forked child
@@ -86,9 +89,10 @@ def _run() -> None:
                 continue
         for writer in writers:
             if writer.last_write + writer.flush_secs <= clock():
+                started = clock()  # the next write is due flush_secs after this one began, not ended
                 if writer.pending:
                     try:
                         shutdown.exclusive(writer.flush_background)
                     except Exception as exc:  # a writer's failure never ends the thread
                         logger.warning("VisualDL hook could not write %s: %r", getattr(writer, "path", writer), exc)
-                writer.last_write = clock()
+                writer.last_write = max(writer.last_write, started)

@@ -6,7 +6,8 @@ rows are written (one ``write`` to the operating system) by whichever comes firs
 - ``flush_every`` steps (in the training thread: one device read for the whole batch);
 - ``flush_secs`` (default 1 s) since the last write, by the background flusher
   (:mod:`.flusher`): it writes the host rows of the waiting steps first, then reads their
-  device values (each read waits only for that value, in the flusher's thread) and writes them;
+  device values (one transfer, in the flusher's thread: the training thread never waits) and
+  writes them;
 - ``flush()``, ``close()``, interpreter exit, SIGTERM and SIGINT (:mod:`.shutdown`).
 
 A step leaves the queue only once its bytes are in the file: a signal handler raising in the
@@ -152,12 +153,15 @@ class BatchedWriter:
 
     def flush_background(self) -> None:
         """The flusher's write (inside :func:`.shutdown.exclusive`): host rows first, then the
-        device values, read one by one in this thread; a device that never answers delays only
-        them, never the host rows."""
+        device values, read in this thread (one stack and one read per shape and dtype; Paddle
+        keeps the AMP level and grad mode per thread, so this runs in float32 without autograd
+        whatever the training thread is inside); a device that never answers delays only them,
+        never the host rows."""
         if self.closed or os.getpid() != self._pid:
             return
         self._write_host_rows()
-        self._write(self._encode_each)
+        with paddle.no_grad():  # per thread in Paddle, as its AMP state: the training thread's is not touched
+            self._write(self._encode_stacked)
 
     def close_now(self) -> None:
         """Flush, close the file and leave the exit registry (inside :func:`.shutdown.exclusive` only)."""
@@ -259,7 +263,8 @@ class BatchedWriter:
         return self._encoded(entries)
 
     def _encode_each(self, entries: List[Entry]) -> List[bytes]:
-        """``entries`` as bytes, each device value read on its own (no Paddle op in this thread)."""
+        """``entries`` as bytes, each device value read on its own (the fallback when a batch
+        cannot be stacked), NaN for a value that cannot be read."""
         tensor = paddle.Tensor
         for entry in entries:
             if entry.__class__ is bytes:

@@ -96,7 +96,7 @@ if WHAT == "hung_device":
     def never_answers(entries):
         hang.wait()  # the flusher holds here, as on a device read behind a hung collective
 
-    hook._out._encode_each = never_answers
+    hook._out._encode_stacked = never_answers
 if WHAT.startswith("interrupt_in_flush"):
     hook = amp.VisualDLHook(LOGDIR, run_name="x", flush_every=10**6, flush_secs=1000.0)
     encoder = hook._out._encoder

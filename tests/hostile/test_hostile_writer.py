@@ -428,7 +428,7 @@ def test_a_kill_in_the_middle_of_training_keeps_every_step_older_than_the_bound(
     try:
         for line in proc.stdout:
             seen.append((int(line.split()[1]), time.monotonic()))
-            if seen[-1][1] - seen[0][1] > BOUND * 4 and seen[-1][0] > 100:
+            if seen[-1][1] - seen[0][1] > BOUND * 8 and seen[-1][0] > 100:
                 break
         killed_at = time.monotonic()
         proc.send_signal(signal.SIGKILL)
@@ -437,7 +437,8 @@ def test_a_kill_in_the_middle_of_training_keeps_every_step_older_than_the_bound(
     (path,) = files(tmp_path)
     recorded = steps_in(path)
     assert recorded == list(range(len(recorded))), "a prefix, every record whole"
-    old_enough = [step for step, when in seen if killed_at - when > BOUND + 0.5]  # 0.5 s: a write's own time
+    # the slack: a write's own time, and a machine whose 2 cores run several test suites at once
+    old_enough = [step for step, when in seen if killed_at - when > BOUND + 2.0]
     assert old_enough, "the child ran for several bounds"
     assert len(recorded) > old_enough[-1], (len(recorded), old_enough[-1], "every step older than the bound")
 
