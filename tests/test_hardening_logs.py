@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
         except OSError:
             scaler_errors += 1
     size_full = os.path.getsize(path)
-    backlog = len(hook._out._backlog)
+    backlog = hook._out.backlog
     resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))   # room again: the next flush retries
     for step in range(300, 310):
         hook.on_step(StepEvent(step, paddle.to_tensor(float(step)), StepResult(False, 1024.0), 0.1, 1024.0))
@@ -76,7 +76,7 @@ def test_backlog_is_bounded_and_dropped_steps_are_reported_at_close(tmp_path, ca
     monkeypatch.setattr(hook._out._file, "write_bytes", full)
     for step in range(50):
         hook.on_step(StepEvent(step, paddle.to_tensor(1.0), StepResult(False, 1.0), None, 1.0))
-    assert len(hook._out._backlog) == 20 and hook.dropped_steps == 30  # oldest first
+    assert hook._out.backlog == 20 and hook.dropped_steps == 30  # oldest first
     hook.close()
     assert hook.dropped_steps == 50
     assert "50 steps could not be written" in caplog_amp.text

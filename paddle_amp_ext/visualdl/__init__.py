@@ -13,12 +13,15 @@ step it logs, in one ``amp`` group that VisualDL shows expanded (loss first):
   with ``scaler.record_grad_norm = True``);
 - ``amp/lr``: the learning rate.
 
-The loss and grad norm stay on the device; after ``flush_every`` steps or ``flush_secs``
-seconds, whichever comes first, they are fetched in one transfer and written as one batch, so
-another step costs a list append. What a hook was given is written however the process ends
-but ``kill -9``: when the hook is garbage-collected, at exit, after an exception and on SIGTERM
-(:mod:`.shutdown`). Each hook writes its own run directory under ``logdir``, and nothing outside
-it: the records are written without importing VisualDL (:mod:`.records`).
+The loss and grad norm stay on the device; a step costs a list append. Every step reaches the
+operating system within ``flush_secs`` (default 1 s) by a background thread, whether or not
+another step comes (host values first, then the device values, read in that thread), or after
+``flush_every`` steps (one device read in the training thread), so a kill that runs no Python
+(SIGKILL, an OOM kill, SIGABRT from a collective) loses at most the last ``flush_secs`` of
+steps; exit, an exception, garbage collection, SIGTERM and SIGINT lose none (:mod:`.shutdown`,
+docs/guides/records.md). Each hook writes its own run directory under ``logdir``, created
+without following links, and nothing outside it: the records are written without importing
+VisualDL (:mod:`.records`).
 
 With several processes only rank 0 logs (``all_ranks=True``: every rank, in ``RUN/rankN``). The
 skip count and grad norm it logs are global (the skip decision is agreed over the ranks, the

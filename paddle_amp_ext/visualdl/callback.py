@@ -9,7 +9,7 @@ import paddle
 
 from .. import _compat
 from ..scaler import GradScaler
-from .hook import open_writer, scale_rows
+from .hook import open_writer, refuse_copy, scale_rows
 from .writer import Row
 
 
@@ -36,7 +36,7 @@ class VisualDLCallback(paddle.callbacks.Callback):
         >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
     """
 
-    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 30.0,
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 1.0,
                  all_ranks: bool = False, run_name: Optional[str] = None) -> None:
         super().__init__()
         self.logdir: Optional[str] = None
@@ -107,6 +107,15 @@ class VisualDLCallback(paddle.callbacks.Callback):
         """
         if self._out is not None:
             self._out.flush()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise refuse_copy(self)
+
+    def __copy__(self) -> Any:
+        raise refuse_copy(self)
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise refuse_copy(self)
 
     def close(self) -> None:
         """Flush and close the records; later batches are not logged. Idempotent."""

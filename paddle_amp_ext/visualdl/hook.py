@@ -53,8 +53,8 @@ def run_directory_name() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_run_counter)}"
 
 
-def _log_dir(logdir: Any, all_ranks: bool, run_name: Optional[str] = None) -> Optional[str]:
-    """Where this rank writes: ``logdir/RUN`` (``logdir/RUN/rankN`` with ``all_ranks``), or None."""
+def _log_dir(logdir: Any, all_ranks: bool, run_name: Optional[str] = None) -> Optional[Tuple[str, List[str]]]:
+    """Where this rank writes: (``logdir``, [RUN] or [RUN, rankN] with ``all_ranks``), or None."""
     logdir = _checked_logdir(logdir)
     rank, world = _rank()
     if run_name is None:
@@ -66,24 +66,63 @@ def _log_dir(logdir: Any, all_ranks: bool, run_name: Optional[str] = None) -> Op
     elif not isinstance(run_name, str) or os.sep in run_name or run_name in (".", ".."):
         raise ValueError(f"run_name must be a directory name (no {os.sep!r}), '' for logdir itself, or None for a "
                          f"new timestamped run. Received: run_name={run_name!r}")
-    target = os.path.join(logdir, run_name) if run_name else logdir
     if world > 1 and all_ranks:
-        return os.path.join(target, f"rank{rank}")
-    return target if rank == 0 else None
+        return logdir, _free_run(logdir, [run_name, f"rank{rank}"] if run_name else [f"rank{rank}"])
+    return (logdir, _free_run(logdir, [run_name] if run_name else [])) if rank == 0 else None
+
+
+def _has_records(path: str) -> bool:
+    try:
+        return any(name.startswith("vdlrecords.") for name in os.listdir(path))
+    except OSError:
+        return False
+
+
+def _free_run(logdir: str, parts: List[str]) -> List[str]:
+    """``parts``, or with the run renamed ``RUN-1``, ``RUN-2``... when its directory already holds
+    records: VisualDL shows only the newest record file of a directory, so two writers there
+    would be one run on the dashboard, the other hidden."""
+    if not _has_records(os.path.join(logdir, *parts)):
+        return parts
+    if not parts or (len(parts) == 1 and parts[0].startswith("rank")):  # logdir itself: the user asked for it
+        warn_once(f"visualdl:shared:{os.path.join(logdir, *parts)}", "VisualDL hook: %s already holds a record file "
+                  "and VisualDL shows only the newest one of a directory: the older records will be hidden on the "
+                  "dashboard. Pass run_name=None (a new run directory per hook) to keep both.",
+                  os.path.join(logdir, *parts))
+        return parts
+    for n in itertools.count(1):
+        renamed = [f"{parts[0]}-{n}"] + parts[1:]
+        if not _has_records(os.path.join(logdir, *renamed)):
+            logger.warning("VisualDL hook: %s already holds records (another hook or an earlier run with the same "
+                           "run_name; VisualDL would show only one of them): this hook writes to %s. Pass another "
+                           "run_name, or run_name=None for a new timestamped run.", os.path.join(logdir, *parts),
+                           os.path.join(logdir, *renamed))
+            return renamed
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def open_writer(owner: Any, logdir: Any, all_ranks: bool, run_name: Optional[str], flush_every: int,
                 flush_secs: float, filename_suffix: str = "") -> Optional[BatchedWriter]:
     """The writer ``owner`` logs to (None on ranks that do not log), closed when ``owner`` is
     garbage-collected or at exit, whichever comes first; ``owner.logdir`` is set."""
-    target = _log_dir(logdir, all_ranks, run_name)
-    out = BatchedWriter(target, flush_every, flush_secs, filename_suffix) if target else None
+    where = _log_dir(logdir, all_ranks, run_name)
+    out = BatchedWriter(where[0], flush_every, flush_secs, filename_suffix, where[1]) if where else None
     if out is not None:
         out.close_with(owner)
         logger.info("VisualDL: logging to %s (serve with: python -m paddle_amp_ext.visualdl_serve --logdir %s)",
-                    target, logdir)
-    owner.logdir = target
+                    out.logdir, logdir)
+    owner.logdir = out.logdir if out is not None else None
     return out
+
+
+def refuse_copy(owner: Any) -> TypeError:
+    """The error for pickling or copying a hook or callback (it owns one run's open record file)."""
+    name = type(owner).__name__
+    return TypeError(f"A {name} cannot be pickled or copied: it writes one run's open record file "
+                     f"({owner.logdir!r}), and a copy would write the same steps twice or into a closed file. "
+                     f"copy.deepcopy of a GradScaler (or of a hapi Model) copies its hooks too: remove the hook "
+                     f"first (scaler.remove_hook(hook)) and give the copy its own {name}; to save or restore a "
+                     "scaler, use scaler.state_dict() / set_state_dict().")
 
 
 def scale_rows(loss_scale: float) -> List[Row]:
@@ -97,26 +136,34 @@ class VisualDLHook:
 
     Tags: ``amp/loss``, ``amp/loss_scale`` (the raw scale, e.g. 65536), ``amp/log2_loss_scale``
     (16 for 2**16), ``amp/skipped_steps``, ``amp/grad_norm`` (when the scaler computed it) and
-    ``amp/lr``. Nothing is lost for want of ``close()``: the records are flushed and closed
-    when the hook is garbage-collected (with the scaler that holds it), at interpreter exit and
-    on SIGTERM; ``kill -9`` loses at most the steps since the last flush.
+    ``amp/lr``. A loss of several values (per-sample losses) is recorded as its mean. Nothing
+    is lost for want of ``close()``: the records are flushed and closed when the hook is
+    garbage-collected (with the scaler that holds it), at interpreter exit, on SIGTERM and on
+    SIGINT (before a handler of the script's); a background thread writes every step within
+    ``flush_secs``, so ``kill -9``, an OOM kill or an abort loses at most the last ``flush_secs``
+    of steps (docs/guides/records.md). A hook cannot be pickled or copied (TypeError).
 
     Args:
         logdir: the VisualDL log directory to serve (``visualdl_serve --logdir LOGDIR``).
-        flush_every: fetch device values and write after this many steps...
-        flush_secs: ...or once this many seconds have passed since the last write, whichever
-            comes first (checked when a step is logged, on the host clock).
+        flush_every: fetch device values and write after this many steps (one device read in
+            the training thread)...
+        flush_secs: ...and a background thread writes what waits once this many seconds have
+            passed since the last write (default 1; its device reads are its own, no sync in
+            the training thread); ``math.inf``: steps only.
         all_ranks: in data-parallel runs log every rank to ``RUN/rank{N}`` (every rank must create
             the hook: rank 0 tells the others the run's name); default rank 0 only.
         filename_suffix: appended to the record file's name.
         run_name: the run's directory under ``logdir``. Default: a new one named by local time,
             pid and a counter (``20261130-060707-4242-0``), so every hook and every re-run is its
             own run in VisualDL's run list (VisualDL shows only the newest record file of a
-            directory); ``""`` writes into ``logdir`` itself. ``hook.logdir`` says where.
+            directory); ``""`` writes into ``logdir`` itself. A named run whose directory
+            already holds records becomes ``NAME-1``, ``NAME-2``... (with a warning), so two
+            runs never hide each other. ``hook.logdir`` says where.
 
     Raises:
         ValueError, TypeError: a bad ``logdir``, ``run_name``, ``flush_every`` or ``flush_secs``.
-        OSError: ``logdir`` cannot be written.
+        OSError: ``logdir`` cannot be written, or a directory the hook would create is a
+            symbolic link (planted in a shared logdir: never followed).
         ImportError: VisualDL is not installed.
 
     Example:
@@ -125,7 +172,7 @@ class VisualDLHook:
         ...     train(scaler)
     """
 
-    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 30.0,
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 1.0,
                  all_ranks: bool = False, filename_suffix: str = "", run_name: Optional[str] = None) -> None:
         self.logdir: Optional[str] = None
         self._out = open_writer(self, logdir, all_ranks, run_name, flush_every, flush_secs, filename_suffix)
@@ -154,7 +201,7 @@ class VisualDLHook:
             return
         result = event.result
         self._skipped += result.skipped
-        rows: List[Row] = [] if event.loss is None else [("amp/loss", event.loss)]
+        rows: List[Row] = [] if event.loss is None else [("amp/loss", self._loss(event.loss))]
         rows += scale_rows(result.loss_scale)
         rows.append(("amp/skipped_steps", float(self._skipped)))
         if result.grad_norm is not None:
@@ -162,6 +209,26 @@ class VisualDLHook:
         if event.lr is not None:
             rows.append(("amp/lr", event.lr))
         self._out.add(event.step, int(time.time() * 1000), rows)
+
+    def _loss(self, loss: Any) -> Any:
+        """The loss as logged: a loss of N elements is recorded as its mean (no kernel, no sync here:
+        the writer averages the values it reads), named once."""
+        shape = getattr(loss, "shape", None)
+        if shape is None or math.prod(shape) == 1:
+            return loss
+        warn_once(f"visualdl:vector:{id(self)}", "VisualDLHook: the loss given to scale() has shape %s, not one "
+                  "value: amp/loss records its mean (NaN for an empty loss). backward() of a non-scalar loss "
+                  "computes the gradient of its sum; pass loss.mean() to scale() if the mean was meant.", list(shape))
+        return loss if math.prod(shape) else math.nan
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise refuse_copy(self)
+
+    def __copy__(self) -> Any:
+        raise refuse_copy(self)
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise refuse_copy(self)
 
     def flush(self) -> None:
         """Write the buffered steps now (one device read)."""

@@ -13,6 +13,7 @@ file a hook writes outside its logdir (and fails where ``$HOME`` is not writable
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import struct
@@ -92,43 +93,142 @@ class ScalarEncoder:
         return b"".join(out)
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
+#: a record file is always a new regular file: never an existing file, a link, a FIFO or a device
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+
+
+def _refuse(path: str, exc: OSError) -> OSError:
+    return OSError(exc.errno, f"VisualDL hook will not write into {path!r}: it is a symbolic link or not a directory "
+                              f"({exc.strerror}). A link in a shared logdir may point anywhere; remove it, or pass "
+                              "another logdir or run_name.")
+
+
+def split_existing(path: str) -> Tuple[str, List[str]]:
+    """``path`` as (its deepest existing ancestor, the components below it that do not exist yet)."""
+    base, missing = os.path.abspath(path), []
+    while not os.path.lexists(base):
+        base, name = os.path.split(base)
+        missing.insert(0, name)
+    return base, missing
+
+
+def open_run_dir(base: str, parts: List[str]) -> int:
+    """A descriptor of ``base/parts[0]/...``, each part created if missing and never followed if a link.
+
+    ``base`` is the user's own path (followed as given); the parts below it are the hook's, made
+    with ``mkdir`` and opened with ``O_NOFOLLOW`` relative to their parent (no window between a
+    check and the use in which a planted link could redirect them).
+    """
+    fd = os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    path = base
+    try:
+        for part in parts:
+            path = os.path.join(path, part)
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    raise _refuse(path, exc) from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class RecordFile:
-    """A record file opened for appending, written in whole records.
+    """A record file created new (never an existing file or a link) and written in whole records.
 
     VisualDL's own ``LogWriter`` queues every scalar to a thread that opens and closes the file
-    per record (~72 us a scalar); here a whole batch is one unbuffered ``write``, so what was
-    written survives ``kill -9``. A batch is written whole or not at all: after a failed write
-    (a full disk, a file-size limit) the file is cut back to its last whole record, because
-    VisualDL's reader rejects a file that ends in a partial one, earlier steps included.
+    per record (~72 us a scalar); here a whole batch is one unbuffered ``write`` to the
+    operating system, so what was written survives ``kill -9`` and an abort (the kernel holds it;
+    only a crash of the machine itself needs an ``fsync``, which is not done). A batch is written
+    whole or not at all: after a failed or interrupted write the file is cut back to its last
+    whole record, because VisualDL's reader rejects a file that ends in a partial one.
+
+    Security: the directories below ``base`` are created and opened without following links,
+    and the file is opened with ``O_CREAT | O_EXCL | O_NOFOLLOW``: a link (or FIFO) planted in a
+    shared, world-writable logdir never makes the hook create or write a file elsewhere.
+
+    If the file is removed while open (its directory deleted mid-run), the next write notices
+    (``st_nlink == 0``), re-creates the directories and a new file, warns, and goes on there.
     """
 
-    def __init__(self, logdir: str, suffix: str) -> None:
-        os.makedirs(logdir, exist_ok=True)
-        stamp = f"vdlrecords.{int(time.time()):010d}.log"
-        path = os.path.join(logdir, stamp + suffix)
-        if os.path.exists(path):  # two writers in one second and directory: keep them apart
-            path = os.path.join(logdir, f"{stamp}{suffix}.{os.getpid()}.{id(self)}")
-        self.path = path
-        self._file = open(path, "ab", buffering=0)
-        self._good = self._file.tell()
+    def __init__(self, base: str, parts: List[str], suffix: str) -> None:
+        self._base, self._parts, self._suffix = base, list(parts), suffix
+        self.dir = os.path.join(base, *self._parts)
+        self._fd = -1
+        self._open_new()
+
+    def _open_new(self) -> None:
+        dir_fd = open_run_dir(self._base, self._parts)
+        try:
+            stamp = f"vdlrecords.{int(time.time()):010d}.log"
+            names = [stamp + self._suffix] + [f"{stamp}{self._suffix}.{os.getpid()}.{n}" for n in range(100)]
+            for name in names:  # two writers in one second and directory, or a planted entry: another name
+                try:
+                    fd = os.open(name, _FILE_FLAGS, 0o644, dir_fd=dir_fd)
+                    break
+                except FileExistsError:
+                    continue
+            else:
+                raise OSError(errno.EEXIST, f"VisualDL hook found no free record file name in {self.dir!r}")
+        finally:
+            os.close(dir_fd)
+        self.path = os.path.join(self.dir, name)
+        self._fd, self._good = fd, 0
         self.write_bytes(meta_record(round(time.time() * 1000)))
 
+    def removed(self) -> bool:
+        """True when the file was unlinked (its run directory or logdir removed) while open, or
+        a re-creation after that failed (tried again at the next write)."""
+        if self._fd < 0:
+            return True
+        try:
+            return os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return False
+
+    def reopen(self) -> str:
+        """Re-create the run directory and a new record file after :meth:`removed`; the old path."""
+        old = self.path
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._base, missing = split_existing(self._base)
+        self._parts = missing + self._parts
+        self._open_new()
+        return old
+
     def write_bytes(self, data: bytes) -> None:
-        """Append ``data`` whole, or raise OSError with the file as it was before."""
+        """Append ``data`` whole, or raise with the file as it was before (also when a signal
+        handler raises in the middle)."""
         view = memoryview(data)
         try:
             while view:
-                written = self._file.write(view)
+                written = os.write(self._fd, view)
                 if not written:
-                    raise OSError("the write made no progress")
+                    raise OSError(errno.EIO, "the write made no progress")
                 view = view[written:]
-        except OSError:
+        except BaseException:
             try:
-                os.ftruncate(self._file.fileno(), self._good)
+                os.ftruncate(self._fd, self._good)
+                os.lseek(self._fd, self._good, os.SEEK_SET)
             except OSError as cut:  # pragma: no cover - a file that cannot even be cut back
                 logger.warning("VisualDL hook could not cut %s back to its last whole record: %r", self.path, cut)
             raise
         self._good += len(data)
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,25 +1,36 @@
-"""Open record writers are flushed however the process ends: exit, an exception, SIGTERM.
+"""Open record writers are flushed however the process ends: exit, an exception, SIGTERM, SIGINT.
 
 - An exit registry holds every open writer until it is closed (a writer whose hook was
   garbage-collected without ``close()`` is still there), and one ``atexit`` function closes
   those still open. It is registered when the first writer opens, after ``import paddle``
   registered Paddle's own exit functions, so it runs before those tear down Paddle's device
   state (``atexit`` runs functions in reverse order).
-- The first writer opened in the main thread (Python lets only the main thread set handlers)
-  installs a SIGTERM handler that flushes every open writer and then ends the process as the
-  handler installed before it would have, so the exit status and messages are unchanged: a
-  Python handler is called; otherwise that handler is put back and the signal raised again.
-  Paddle 2.6.2 and 3.3.1 install a C handler at ``import paddle`` (it prints "`Termination
-  signal` is detected by the operating system" and dies of the signal, status 143), which
+- SIGTERM and SIGINT (Ctrl-C): the first writer opened in the main thread (Python lets only the
+  main thread set handlers) installs a handler that flushes every open writer and then ends
+  the process as the handler installed before it would have, so the exit status and messages
+  are unchanged: a Python handler is called (for SIGINT by default Python's own, which raises
+  KeyboardInterrupt; a script's own, such as PaddleOCR's, which SIGKILLs its process group);
+  otherwise that handler is put back and the signal raised again. Paddle 2.6.2 and 3.3.1
+  install a C handler for SIGTERM at ``import paddle`` (it prints "`Termination signal` is
+  detected by the operating system" and dies of the signal, status 143), which
   ``signal.getsignal`` does not see (it reports SIG_DFL): it is saved and put back with libc's
-  ``sigaction``, copied as opaque bytes. A SIGTERM that is ignored is left alone.
+  ``sigaction``, copied as opaque bytes. A signal that is ignored (SIG_IGN) is left alone.
+- A handler the script installs after the hook (replacing ours) is noticed at the next logged
+  step (:func:`keep_handlers`, in the main thread) and wrapped the same way, so a script's
+  handler runs after the flush whichever was installed first. A handler that calls the one
+  it replaced (ours) reaches the handler before it, never a loop.
 - A forked child (a DataLoader worker) starts with an empty registry.
 - :func:`exclusive` runs flushes and closes one at a time across threads. One that re-enters
-  in the thread already running one (the SIGTERM handler, or a garbage-collected hook's
-  finalizer, run in the middle of a flush) is run right after it, so no batch is cut in half.
+  in the thread already running one (a signal handler, or a garbage-collected hook's
+  finalizer, run in the middle of a flush) is run right after it, so no batch is cut in half
+  and a KeyboardInterrupt comes after the flush. A signal handler waits at most
+  :data:`SIGNAL_WAIT` seconds for another thread's flush (a device that never answers), then
+  ends the process without it.
 
 Python runs a signal handler when the main thread next executes Python code: a main thread
-blocked inside one long C call flushes and ends when that call returns.
+blocked inside one long C call flushes and ends when that call returns. SIGKILL, an OOM kill
+and an abort in C++ (a collective's error, SIGABRT) run no Python at all: what the background
+flusher (:mod:`.flusher`) wrote before is what the records keep.
 """
 
 from __future__ import annotations
@@ -39,7 +50,13 @@ _busy = False  # True while a thread holds _lock inside exclusive()
 _queued: List[Callable[[], None]] = []
 _open: Dict[int, Any] = {}  # id -> writer with flush_now() and close_now(), held until closed
 _exit_registered = False
-_previous: Optional[Tuple[Any, Any]] = None  # (Python's view of the old handler, the C-level sigaction or None)
+_installed = False
+#: per signal, the handlers ours replaced, oldest first: (Python's view of it, its C-level sigaction or None)
+_chains: Dict[int, List[Tuple[Any, Any]]] = {}
+_chaining: Dict[int, int] = {}  # per signal, how far down the chain the handler now running is
+
+#: seconds a signal handler waits for a flush another thread is in (a device that never answers)
+SIGNAL_WAIT = 5.0
 
 #: bytes copied for a C-level ``struct sigaction`` (152 on Linux x86_64 and aarch64, 16 on macOS)
 _SIGACTION_BYTES = 512
@@ -58,14 +75,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def exclusive(fn: Callable[[], None]) -> None:
+def exclusive(fn: Callable[[], None], timeout: Optional[float] = None) -> bool:
     """Run ``fn()`` while no other flush or close runs; a call that re-enters in the thread
-    already inside one is queued and run when that one is done."""
+    already inside one is queued and run when that one is done. With ``timeout``, give up
+    (False) when another thread's flush holds on longer."""
     global _busy
-    with _lock:
+    if not _lock.acquire(timeout=-1 if timeout is None else timeout):
+        return False
+    try:
         if _busy:
             _queued.append(fn)
-            return
+            return True
         _busy = True
         try:
             fn()
@@ -74,16 +94,19 @@ def exclusive(fn: Callable[[], None]) -> None:
         finally:
             _busy = False
             _queued.clear()
+        return True
+    finally:
+        _lock.release()
 
 
 def register(writer: Any) -> None:
-    """Hold ``writer`` until :func:`unregister`; close it at exit; flush it on SIGTERM."""
+    """Hold ``writer`` until :func:`unregister`; close it at exit; flush it on SIGTERM and SIGINT."""
     global _exit_registered
     _open[id(writer)] = writer
     if not _exit_registered:
         atexit.register(close_all)
         _exit_registered = True
-    _install_sigterm()
+    _install_handlers()
 
 
 def unregister(writer: Any) -> None:
@@ -123,34 +146,83 @@ def _put_back_native(signum: int, action: ctypes.Array) -> bool:
         return False
 
 
-def _install_sigterm() -> None:
-    global _previous
-    sigterm = getattr(signal, "SIGTERM", None)
-    if _previous is not None or sigterm is None or threading.current_thread() is not threading.main_thread():
+try:  # CPython's C function: signal.getsignal wraps it to turn ints into enums (10x slower)
+    from _signal import getsignal as _getsignal
+except ImportError:  # pragma: no cover - another interpreter
+    _getsignal = signal.getsignal
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT") if hasattr(signal, name))
+
+
+def _in_main_thread() -> bool:
+    return threading.get_ident() == threading.main_thread().ident
+
+
+def _install_handlers() -> None:
+    global _installed
+    if _installed or not _in_main_thread():
         return
-    current = signal.getsignal(sigterm)
-    if current == signal.SIG_IGN:
+    _installed = True
+    for signum in _SIGNALS:
+        _wrap(signum, signal.getsignal(signum))
+
+
+def keep_handlers() -> None:
+    """Put our handler back in front of one the script installed since (main thread only; a
+    ``getsignal`` per signal: called at every logged step)."""
+    if not _installed:
         return
-    native = None if callable(current) else _native_sigaction(sigterm)
+    for signum in _SIGNALS:
+        current = _getsignal(signum)
+        if current is not _on_signal:
+            _wrap(signum, current)
+
+
+def _wrap(signum: int, current: Any) -> None:
+    """Install ``_on_signal`` for ``signum`` with ``current`` as the handler it chains to."""
+    if current == signal.SIG_IGN or current is None:  # ignored (or set outside Python and unknown): left alone
+        return
+    native = None if callable(current) else _native_sigaction(signum)
+    chain = _chains.setdefault(signum, [])
+    known = [handler for handler, _ in chain]
+    if current in known:  # a handler put back by the script: what came after it is gone
+        del chain[known.index(current) + 1:]
+    else:
+        chain.append((current, native))
     try:
-        signal.signal(sigterm, _on_sigterm)
+        signal.signal(signum, _on_signal)
     except (OSError, ValueError) as exc:  # pragma: no cover - an embedded interpreter without signals
-        logger.info("VisualDL hooks cannot flush on SIGTERM here: %r", exc)
+        logger.info("VisualDL hooks cannot flush on signal %d here: %r", signum, exc)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    depth = _chaining.get(signum, 0)
+    if depth:  # called by a handler we chained to, as the handler it replaced: go on down the chain
+        _call_previous(signum, frame, depth + 1)
         return
-    _previous = (current, native)
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    exclusive(partial(_flush_and_chain, signum, frame))
+    if not exclusive(partial(_flush_and_chain, signum, frame), timeout=SIGNAL_WAIT):
+        logger.warning("VisualDL hook: a flush in another thread did not finish within %g s; signal %d "
+                       "handled without writing the steps since.", SIGNAL_WAIT, signum)
+        _call_previous(signum, frame, 1)
 
 
 def _flush_and_chain(signum: int, frame: Any) -> None:
     _each_open("flush_now")
-    handler, native = _previous if _previous is not None else (signal.SIG_DFL, None)
-    if callable(handler):
-        handler(signum, frame)
-        return
-    if native is None or not _put_back_native(signum, native):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.raise_signal(signum)  # ends the process, as it would have without this handler
-    signal.signal(signum, _on_sigterm)  # still alive (a C handler that returned): flush at the next one too
+    _call_previous(signum, frame, 1)
+
+
+def _call_previous(signum: int, frame: Any, level: int) -> None:
+    """Run the handler ``level`` places down the chain (1: the one ours replaced last)."""
+    chain = _chains.get(signum, [])
+    handler, native = chain[-level] if level <= len(chain) else (signal.SIG_DFL, None)
+    before = _chaining.get(signum, 0)
+    _chaining[signum] = level
+    try:
+        if callable(handler):
+            handler(signum, frame)
+            return
+        if native is None or not _put_back_native(signum, native):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)  # ends the process, as it would have without this handler
+        signal.signal(signum, _on_signal)  # still alive (a C handler that returned): flush at the next one too
+    finally:
+        _chaining[signum] = before

@@ -1,20 +1,40 @@
-"""Batched scalar writing: a list append per step, one device read and one file write per flush."""
+"""Batched scalar writing: a list append per step; the steps reach the OS within ``flush_secs``.
+
+A step's rows are (tag, host float or device tensor). The training thread only appends; the
+rows are written (one ``write`` to the operating system) by whichever comes first:
+
+- ``flush_every`` steps (in the training thread: one device read for the whole batch);
+- ``flush_secs`` (default 1 s) since the last write, by the background flusher
+  (:mod:`.flusher`): it writes the host rows of the waiting steps first, then reads their
+  device values (one transfer, in the flusher's thread: the training thread never waits) and
+  writes them;
+- ``flush()``, ``close()``, interpreter exit, SIGTERM and SIGINT (:mod:`.shutdown`).
+
+A step leaves the queue only once its bytes are in the file: a signal handler raising in the
+middle of a flush (a KeyboardInterrupt) loses nothing. A write that fails (a full disk, a
+file-size limit) keeps the encoded steps for a retry at the next flush; only those are bounded
+(:attr:`BatchedWriter.MAX_BACKLOG`, the oldest dropped first and counted); a healthy flush of
+any size writes every step.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 import weakref
-from typing import Any, List, Tuple
+from typing import Any, List, Sequence, Tuple
 
+import numpy as np
 import paddle
 
 from .._log import logger, warn_once
-from . import shutdown
-from .records import RecordFile, ScalarEncoder, require_visualdl
+from . import flusher, shutdown
+from .records import RecordFile, ScalarEncoder, require_visualdl, split_existing
 
-Row = Tuple[str, Any]  # (tag, host float or 1-element device tensor)
+Row = Tuple[str, Any]  # (tag, host float or device tensor: a loss of N elements is recorded as its mean)
+Entry = Any  # a step (step, walltime ms, rows), or the bytes of steps whose write failed
 
 
 def check_flush_bounds(flush_every: Any, flush_secs: Any) -> None:
@@ -27,52 +47,95 @@ def check_flush_bounds(flush_every: Any, flush_secs: Any) -> None:
                          f"Received: flush_secs={flush_secs!r}")
 
 
+def host_means(array: np.ndarray, dtype: Any) -> List[float]:
+    """Per row of ``array`` (one device value a row, flattened), the mean as a Python float.
+
+    bfloat16 arrives from ``Tensor.numpy()`` as its raw uint16 bits: widened to float32 here.
+    An empty value has no mean: NaN.
+    """
+    if dtype == paddle.bfloat16 and array.dtype == np.uint16:
+        array = (array.astype(np.uint32) << 16).view(np.float32)
+    rows = array.reshape(array.shape[0], -1)
+    if rows.shape[1] == 1:
+        return rows[:, 0].astype(np.float64).tolist()
+    if rows.shape[1] == 0:
+        return [math.nan] * rows.shape[0]
+    return rows.astype(np.float64).mean(axis=1).tolist()
+
+
+def _is_device(value: Any) -> bool:
+    return isinstance(value, paddle.Tensor)
+
+
 class BatchedWriter:
     """Buffers steps of (tag, device-or-host value) rows and writes them to one record file.
 
-    A flush happens after ``flush_every`` steps or once ``flush_secs`` have passed since the last
-    one, whichever comes first; both are checked when a step is added, on the host clock
-    (``time.monotonic``), so no device sync is added. A flush fetches the buffered device values
-    in one transfer (a device-to-host sync) and writes them in one batch. An open writer sits in
-    :mod:`.shutdown`'s exit registry: closed at exit, flushed on SIGTERM.
+    See the module docstring for when steps are written. An open writer sits in
+    :mod:`.shutdown`'s exit registry (closed at exit, flushed on SIGTERM and SIGINT) and in the
+    background flusher's list until it is closed.
+
+    Args:
+        logdir: the user's log directory (followed as given if it is a link).
+        flush_every: write after this many steps (one device read in the training thread).
+        flush_secs: a step waits at most this long before the background flusher writes it.
+        filename_suffix: appended to the record file's name.
+        run_parts: the directories below ``logdir`` the hook names (run, rank): created and
+            opened without following links.
     """
 
-    #: encoded steps kept for a retry after a failed write (about 150 bytes a step): 10,000 steps
-    MAX_BACKLOG = 10_000
+    #: steps whose write failed, kept for a retry (about 150 bytes a step); older ones are dropped, counted
+    MAX_BACKLOG = 100_000
 
-    def __init__(self, logdir: str, flush_every: int = 50, flush_secs: float = 30.0, filename_suffix: str = "") -> None:
+    def __init__(self, logdir: str, flush_every: int = 50, flush_secs: float = 1.0, filename_suffix: str = "",
+                 run_parts: Sequence[str] = ()) -> None:
         check_flush_bounds(flush_every, flush_secs)
         require_visualdl()
-        self.logdir = logdir
+        self.logdir = os.path.join(logdir, *run_parts)
         self.flush_every = flush_every
         self.flush_secs = float(flush_secs)
+        base, missing = split_existing(logdir)
         try:
-            self._file = RecordFile(logdir, filename_suffix)
+            self._file = RecordFile(base, missing + list(run_parts), filename_suffix)
         except OSError as exc:
-            raise OSError(exc.errno, f"VisualDL hook cannot write to logdir {logdir!r}: {exc.strerror or exc}. "
+            raise OSError(exc.errno, f"VisualDL hook cannot write to logdir {self.logdir!r}: {exc.strerror or exc}. "
                           "Pass a writable directory.") from exc
         self._encoder = ScalarEncoder()
-        self._pending: List[Tuple[int, int, List[Row]]] = []  # (step, walltime ms, rows), oldest first
+        self._queue: List[Entry] = []  # oldest first; the training thread appends, a flush removes what it wrote
+        self._failed = 0  # leading entries of _queue that are bytes of failed writes
         self._due = time.monotonic() + self.flush_secs
-        self._backlog: List[bytes] = []  # encoded steps a failed write left, oldest first
+        self.last_write = flusher.clock()  # when the flusher last wrote (its own clock)
         self.dropped = 0  # steps given up on (backlog over its bound, or unwritten at close)
         self.closed = False
         self._pid = os.getpid()  # a forked child's copy never writes (the parent writes these steps)
+        self._main = threading.main_thread().ident
         shutdown.register(self)
+        flusher.watch(self)
 
     @property
     def path(self) -> str:
         return self._file.path
+
+    @property
+    def backlog(self) -> int:
+        """Steps whose write failed and that wait for a retry."""
+        return self._failed
+
+    @property
+    def pending(self) -> int:
+        """Steps not yet in the file."""
+        return len(self._queue)
 
     def close_with(self, owner: Any) -> None:
         """Close this writer when ``owner`` (a hook) is garbage-collected without ``close()``."""
         weakref.finalize(owner, self.close).atexit = False  # exit is the registry's
 
     def add(self, step: int, walltime_ms: int, rows: List[Row]) -> None:
-        """Buffer one step (one list append); flush when a bound is reached."""
-        pending = self._pending
-        pending.append((step, walltime_ms, rows))
-        if len(pending) >= self.flush_every or time.monotonic() >= self._due:
+        """Buffer one step (one list append); flush at ``flush_every`` steps."""
+        queue = self._queue
+        queue.append((step, walltime_ms, rows))
+        if threading.get_ident() == self._main:
+            shutdown.keep_handlers()  # a handler the script installed after the hook: ours goes first again
+        if len(queue) - self._failed >= self.flush_every or (time.monotonic() >= self._due and not flusher.alive()):
             self.flush()
 
     def flush(self) -> None:
@@ -84,34 +147,21 @@ class BatchedWriter:
         shutdown.exclusive(self.close_now)
 
     def flush_now(self) -> None:
-        """Fetch buffered device values in one transfer and write them in one batch (inside
-        :func:`.shutdown.exclusive` only).
+        """Read the buffered device values in one transfer and write every buffered step in one
+        ``write`` (inside :func:`.shutdown.exclusive` only)."""
+        self._write(self._encode_stacked)
 
-        A write error (full disk, file-size limit) never reaches the training loop: it is logged
-        once, the encoded steps are kept (at most :attr:`MAX_BACKLOG`, oldest dropped first) and
-        written at the next flush; what could not be written is reported at close.
-        """
+    def flush_background(self) -> None:
+        """The flusher's write (inside :func:`.shutdown.exclusive`): host rows first, then the
+        device values, read in this thread (one stack and one read per shape and dtype; Paddle
+        keeps the AMP level and grad mode per thread, so this runs in float32 without autograd
+        whatever the training thread is inside); a device that never answers delays only them,
+        never the host rows."""
         if self.closed or os.getpid() != self._pid:
             return
-        self._due = time.monotonic() + self.flush_secs
-        count = len(self._pending)  # a step another thread adds meanwhile waits for the next flush
-        if count:
-            batch = self._pending[:count]
-            del self._pending[:count]
-            self._backlog.extend(self._encode(batch))
-        if not self._backlog:
-            return
-        if len(self._backlog) > self.MAX_BACKLOG:
-            excess = len(self._backlog) - self.MAX_BACKLOG
-            self.dropped += excess
-            del self._backlog[:excess]
-        try:
-            self._file.write_bytes(b"".join(self._backlog))
-        except OSError as exc:
-            warn_once(f"visualdl:write:{self.path}", "VisualDL hook could not write to %s (%s): training goes on; "
-                      "up to %d steps are kept and written once the disk has room.", self.path, exc, self.MAX_BACKLOG)
-            return
-        self._backlog = []
+        self._write_host_rows()
+        with paddle.no_grad():  # per thread in Paddle, as its AMP state: the training thread's is not touched
+            self._write(self._encode_stacked)
 
     def close_now(self) -> None:
         """Flush, close the file and leave the exit registry (inside :func:`.shutdown.exclusive` only)."""
@@ -123,23 +173,111 @@ class BatchedWriter:
             self._file.close()
             self.closed = True
             shutdown.unregister(self)
-        self.dropped += len(self._backlog)
-        self._backlog = []
+            flusher.forget(self)
+        unwritten = sum(1 for entry in self._queue if not isinstance(entry, bytes)) + self._failed
+        self.dropped += unwritten
+        self._queue, self._failed = [], 0
         if self.dropped:
             logger.warning("VisualDL hook: %d steps could not be written to %s (the disk was full or the file "
                            "size limited); every record in the file is whole.", self.dropped, self.path)
 
-    def _encode(self, batch: List[Tuple[int, int, List[Row]]]) -> List[bytes]:
-        """``batch`` as encoded records, one bytes object a step (one device read in all): the
-        device values in its rows are replaced by host floats."""
-        groups: dict = {}  # one stack (and one host read) per (shape, dtype), usually one or two in all
-        for _, _, rows in batch:
-            for j, (_, value) in enumerate(rows):
-                if isinstance(value, paddle.Tensor):
-                    groups.setdefault((tuple(value.shape), value.dtype), []).append((rows, j))
-        for members in groups.values():
-            host = paddle.stack([rows[j][1] for rows, j in members]).numpy().reshape(len(members), -1)[:, 0]
-            for (rows, j), value in zip(members, host.tolist()):
-                rows[j] = (rows[j][0], value)
+    # ------------------------------------------------------------------ internals
+    def _usable(self) -> bool:
+        if self.closed or os.getpid() != self._pid:
+            return False
+        if self._file.removed():
+            try:
+                old = self._file.reopen()
+            except OSError as exc:
+                warn_once(f"visualdl:gone:{id(self)}", "VisualDL hook: %s was removed and cannot be re-created "
+                          "(%s): steps wait in memory.", self.path, exc)
+                return False
+            logger.warning("VisualDL hook: %s was removed while the run wrote it (its directory deleted?): "
+                           "re-created as %s; the steps written before went with the removed file.", old, self.path)
+        return True
+
+    def _write(self, encode: Any) -> None:
+        """Write the first ``count`` queue entries; they leave the queue only once written."""
+        self._due = time.monotonic() + self.flush_secs
+        self.last_write = flusher.clock()
+        count = len(self._queue)  # a step another thread adds meanwhile waits for the next flush
+        if not count or not self._usable():
+            return
+        entries = self._queue[:count]
+        try:
+            chunks = encode(entries)  # a KeyboardInterrupt here leaves the queue as it was
+        except Exception as exc:  # a value Paddle cannot read in a batch: each on its own, NaN where it fails
+            warn_once(f"visualdl:read:{id(self)}", "VisualDL hook could not read the logged values in one batch "
+                      "(%r): read one by one, NaN where a value cannot be read.", exc)
+            chunks = self._encode_each(entries)
+        try:
+            self._file.write_bytes(b"".join(chunks))
+        except OSError as exc:
+            self._queue[:count] = chunks  # one slice assignment: the steps are now their bytes
+            excess = count - self.MAX_BACKLOG
+            if excess > 0:
+                del self._queue[:excess]
+                self.dropped += excess
+            self._failed = min(count, self.MAX_BACKLOG)
+            warn_once(f"visualdl:write:{self.path}", "VisualDL hook could not write to %s (%s): training goes on; "
+                      "up to %d steps are kept and written once the disk has room (the steps dropped beyond "
+                      "that are counted in hook.dropped_steps).", self.path, exc, self.MAX_BACKLOG)
+            return
+        del self._queue[:count]
+        self._failed = 0
+
+    def _write_host_rows(self) -> None:
+        """Write the host rows of waiting steps that also have device rows; keep only the device rows queued."""
+        count = len(self._queue)
+        split = [(i, entry) for i, entry in enumerate(self._queue[:count])
+                 if not isinstance(entry, bytes) and any(_is_device(v) for _, v in entry[2])
+                 and not all(_is_device(v) for _, v in entry[2])]
+        if not split or not self._usable():
+            return
         encode = self._encoder.step
-        return [encode(step, wall, rows) for step, wall, rows in batch]
+        data = b"".join(encode(step, wall, [row for row in rows if not _is_device(row[1])])
+                        for _, (step, wall, rows) in split)
+        try:
+            self._file.write_bytes(data)
+        except OSError:
+            return  # the whole steps are written (or kept) by the flush that follows
+        for i, (step, wall, rows) in split:
+            self._queue[i] = (step, wall, [r for r in rows if _is_device(r[1])])
+
+    def _encode_stacked(self, entries: List[Entry]) -> List[bytes]:
+        """``entries`` as bytes, one device read in all (one stack per shape and dtype). The device
+        values in the rows are replaced by host floats in place (idempotent: an interrupted
+        encode leaves rows that encode the same)."""
+        tensor, groups = paddle.Tensor, {}
+        for entry in entries:
+            if entry.__class__ is bytes:
+                continue
+            for j, row in enumerate(entry[2]):
+                value = row[1]
+                if isinstance(value, tensor):
+                    groups.setdefault((tuple(value.shape), value.dtype), []).append((entry[2], j))
+        for (_, dtype), members in groups.items():
+            host = paddle.stack([rows[j][1] for rows, j in members]).numpy()
+            for (rows, j), value in zip(members, host_means(host.reshape(len(members), -1), dtype)):
+                rows[j] = (rows[j][0], value)
+        return self._encoded(entries)
+
+    def _encode_each(self, entries: List[Entry]) -> List[bytes]:
+        """``entries`` as bytes, each device value read on its own (the fallback when a batch
+        cannot be stacked), NaN for a value that cannot be read."""
+        tensor = paddle.Tensor
+        for entry in entries:
+            if entry.__class__ is bytes:
+                continue
+            rows = entry[2]
+            for j, (tag, value) in enumerate(rows):
+                if isinstance(value, tensor):
+                    try:
+                        rows[j] = (tag, host_means(value.numpy().reshape(1, -1), value.dtype)[0])
+                    except Exception:  # noqa: BLE001 - one unreadable value never stops the records
+                        rows[j] = (tag, math.nan)
+        return self._encoded(entries)
+
+    def _encoded(self, entries: List[Entry]) -> List[bytes]:
+        encode = self._encoder.step
+        return [entry if entry.__class__ is bytes else encode(*entry) for entry in entries]
