@@ -167,7 +167,6 @@ def test_sigterm_keeps_every_record_of_the_ocr_style_loop(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="needs branch records", strict=False)
 def test_sigint_keeps_every_record_of_the_ocr_style_loop(tmp_path):
     pytest.importorskip("visualdl")
     returncode, lines = _signalled(tmp_path, signal.SIGINT)

@@ -67,15 +67,15 @@ class AmpCallback(TrainerCallback):
         logdir: where the hook writes its run directory; default the Trainer's
             ``args.logging_dir`` (beside the Trainer's own VisualDL records).
         flush_every: the hook writes after this many steps at the latest.
-        flush_secs: the hook writes after this many seconds at the latest (checked when a step
-            is logged).
+        flush_secs: the hook writes what waits after this many seconds at the latest (a
+            background thread, also when no further step comes; see :class:`VisualDLHook`).
         guard: guard the optimizer of a Trainer without a scaler (one host sync per step).
 
     The hook logs every :data:`paddle_amp_ext.visualdl.TAGS` tag, ``amp/loss_scale`` included
     (but ``amp/loss`` on the guard).
     """
 
-    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 30.0,
+    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 1.0,
                  guard: bool = True) -> None:
         check_flush_bounds(flush_every, flush_secs)
         self.logdir, self.flush_every, self.flush_secs, self.guard = logdir, flush_every, flush_secs, guard

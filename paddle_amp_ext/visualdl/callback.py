@@ -27,7 +27,8 @@ class VisualDLCallback(paddle.callbacks.Callback):
     Args:
         logdir: the folder the callback writes its own run directory in, as for :class:`VisualDLHook`.
         flush_every: write after this many steps at the latest.
-        flush_secs: write after this many seconds at the latest (checked when a step is logged).
+        flush_secs: write what waits after this many seconds at the latest (a background thread,
+            also when no further step comes; see :class:`VisualDLHook`).
         all_ranks: log on every rank (``RUN/rankN``), not only rank 0.
         run_name: the run directory's name (``''`` for ``logdir`` itself); default a new
             timestamped one.
