@@ -12,8 +12,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+#: gloo's message when a rank connects before its peer listens, or to a port another launch on the
+#: machine took: the launch never reached the script's first collective, so it is started again.
+_NOT_CONNECTED = "Connection refused"
 
-def launch(script: Path, *args: str, log_dir: Path, nproc: int = 2, timeout: int = 120) -> subprocess.CompletedProcess:
+
+def launch(script: Path, *args: str, log_dir: Path, nproc: int = 2, timeout: int = 120,
+           attempts: int = 3) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``paddle.distributed.launch``; a launch whose ranks never connected
+    (gloo's "Connection refused" in the logs) is tried again, up to ``attempts`` times in all."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _launch_once(script, *args, log_dir=log_dir, nproc=nproc, timeout=timeout)
+        except AssertionError as exc:
+            if attempt == attempts or _NOT_CONNECTED not in str(exc):
+                raise
+            for path in log_dir.glob("*"):  # the next attempt's logs alone
+                if path.is_file():
+                    path.unlink()
+    raise AssertionError("unreachable")
+
+
+def _launch_once(script: Path, *args: str, log_dir: Path, nproc: int, timeout: int) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}  # launch fails if set
     # Paddle 2.6.2's DistributedStrategy needs the pure-python protobuf with protobuf >= 5
     # (dist_scripts/fleet_common.py gives its descriptors back the removed `label`).
