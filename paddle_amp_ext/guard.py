@@ -86,7 +86,8 @@ class OptimizerGuard:
         self._previous = vars(optimizer).get(self._name)  # an instance attribute it replaces, if any
         self._inside = False
         self._wrapper = _GuardedCall(self, getattr(optimizer, self._name))
-        setattr(optimizer, self._name, self._wrapper)
+        # into the instance itself: dist.shard_optimizer's wrapper forwards setattr to its inner optimizer
+        vars(optimizer)[self._name] = self._wrapper
 
     def _call(self, original: Callable, args: tuple, kwargs: dict) -> Any:
         if self._inside or self._wrapper is None:  # re-entered from the optimizer, or removed
@@ -124,9 +125,9 @@ class OptimizerGuard:
             return
         if vars(self._optimizer).get(self._name) is self._wrapper:
             if self._previous is None:
-                delattr(self._optimizer, self._name)
+                del vars(self._optimizer)[self._name]
             else:
-                setattr(self._optimizer, self._name, self._previous)
+                vars(self._optimizer)[self._name] = self._previous
         self._wrapper = None
 
     def __enter__(self) -> OptimizerGuard:

@@ -236,7 +236,9 @@ class GradScaler(PaddleGradScaler):
         if not isinstance(var, paddle.Tensor):
             raise TypeError(f"scale() expects a paddle.Tensor loss. Received: {type(var).__name__}")
         if self._hooks:  # only hooks read the loss; without them nothing is kept
-            detached = var.detach()
+            # a DistTensor loss (auto-parallel) is kept as this rank's local value: reading a
+            # Partial one on rank 0 alone would be a reshard the other ranks never enter
+            detached = _compat.local_value(var.detach())
             self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
         active = self._active()
         if active and _state.emulated_dtype() is None and _compat.amp_state_dtype() != "float16":

@@ -22,7 +22,7 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 - ``Optimizer._parameter_list`` / ``_param_groups``: an optimizer's parameters.
 - ``paddle._C_ops.squared_l2_norm`` (the fused kernel ``paddle.nn.ClipGradByGlobalNorm`` uses) and
   ``paddle._C_ops.multiply_`` (in-place multiply without the Python-side argument binding that
-  ``Tensor.multiply_`` pays on 2.6).
+  ``Tensor.multiply_`` pays on 2.6); for DistTensors see :mod:`.autoparallel`.
 - hapi: ``paddle.Model._scaler`` (the GradScaler ``Model.fit(amp_configs=...)`` builds in dygraph).
 """
 
@@ -32,6 +32,8 @@ import sys
 from typing import TYPE_CHECKING, Any, Iterator
 
 import paddle
+
+from . import autoparallel
 
 if TYPE_CHECKING:
     from paddle import Tensor
@@ -80,8 +82,20 @@ def squared_l2_norm(x: Tensor) -> Tensor:
 
 
 def multiply_inplace(x: Tensor, factor: Tensor) -> None:
-    """``x *= factor`` in place (``factor`` broadcast, same dtype as ``x``)."""
-    paddle._C_ops.multiply_(x, factor)
+    """``x *= factor`` in place (``factor`` broadcast, same dtype as ``x``); a DistTensor as
+    Paddle's clip scales it (:func:`.autoparallel.multiply_`)."""
+    if autoparallel.is_dist(x):
+        autoparallel.multiply_(x, factor)
+    else:
+        paddle._C_ops.multiply_(x, factor)
+
+
+def assign_grad(src: Tensor, dst: Tensor) -> None:
+    """Write ``src`` into the gradient tensor ``dst`` the optimizer reads (DistTensors too)."""
+    if autoparallel.is_dist(dst):
+        autoparallel.assign_(src, dst)
+    else:
+        paddle.assign(src, output=dst)
 
 
 def hapi_scaler(model: Any) -> Any:

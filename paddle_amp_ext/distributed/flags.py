@@ -2,6 +2,10 @@
 
 A found_inf flag is a device tensor (bool or int) or a Python number: fleet's
 ``MixPrecisionScaler`` stores a Python int, after reading the flag back to the host itself.
+Under auto-parallel it is a DistTensor (computed from DistTensor gradients, or
+``dist.shard_scaler``'s found_inf): Paddle's SPMD rules already reduced it over the mesh, so it
+is global and no collective of ours runs on it (a ``paddle.distributed`` collective on a
+DistTensor segfaults); a pending ``Partial`` reduction is done by Paddle's reshard, on every rank.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import paddle
 
+from .. import _compat
 from .._compat import fleet as _fleet
 
 Flag = Union[paddle.Tensor, bool, int, float]
@@ -18,8 +23,10 @@ Flag = Union[paddle.Tensor, bool, int, float]
 
 def host_bool(flag: Flag) -> bool:
     """The one device-to-host read of a step (robust to numpy >= 2.4's scalar rules); a Python
-    number is read as it is, with no sync."""
+    number is read as it is, with no sync. A DistTensor is read from its local value (a
+    ``Partial`` one reduced first by Paddle's reshard, which every rank enters at this read)."""
     if isinstance(flag, paddle.Tensor):
+        flag = _compat.local_value(_compat.replicated(flag))
         return bool(np.asarray(flag.numpy()).reshape(-1)[0])
     return bool(flag)
 
@@ -32,7 +39,10 @@ def _world() -> int:
 
 def all_reduce_max(flag: Flag) -> Flag:
     """``flag`` OR-ed over every rank (one MAX all-reduce of an int32), as a bool tensor;
-    ``flag`` itself, unchanged, when alone."""
+    ``flag`` itself, unchanged, when alone. A DistTensor flag is already global (Paddle's SPMD
+    rules reduced it): returned with no collective of ours, its ``Partial`` reduction done."""
+    if _compat.is_dist(flag):
+        return _compat.replicated(flag)
     if _world() <= 1:
         return flag
     if isinstance(flag, paddle.Tensor):

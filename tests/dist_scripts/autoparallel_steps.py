@@ -1,0 +1,156 @@
+"""Run under `paddle.distributed.launch --nproc_per_node 2`: auto-parallel (DistTensor) training steps.
+
+argv: OUT_DIR INIT (1: ``dist.init_parallel_env()`` first, a default process group as fleet-based
+scripts and AutoTrainer have; 0: none). For every layout (``mp``: a column/row-sharded MLP built
+by ``dist.shard_layer``; ``dp``: replicated parameters, ``Shard(0)`` data, ``Partial`` gradients;
+``plan``: ``dist.parallelize`` with ColWise/RowWise plans, 3.x only), with the optimizer wrapped
+by ``dist.shard_optimizer``:
+
+- ``paddle``: Paddle's own path, ``ClipGradByGlobalNorm(CLIP)`` on the optimizer, plain
+  ``loss.backward(); opt.step()``, on the batches of the steps the others apply (0 and 2);
+- ``ours``: the package's ``GradScaler`` (loss scaling off, as on every CPU) with
+  ``step(grad_clip=CLIP)`` and a VisualDL hook (rank 0 writes), NaN loss at step 1 on rank 1 only;
+- ``shard_scaler`` (3.x): the same scaler wrapped by ``dist.shard_scaler``;
+- ``guard``: ``guard_optimizer`` on a plain loop (optimizer clip), the same NaN.
+
+Writes OUT_DIR/rank{N}.json: per layout and variant the skips, the norms (host floats), the final
+parameters (global values) and the relative error against ``paddle``; the hooks' log dirs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import paddle
+import paddle.distributed as dist
+
+import paddle_amp_ext as amp
+
+CLIP = 0.05
+out_dir, init = sys.argv[1], sys.argv[2] == "1"
+if init:
+    dist.init_parallel_env()
+rank = dist.get_rank()
+V3 = hasattr(dist, "shard_scaler")
+MESH = dist.ProcessMesh([0, 1], dim_names=["mp"] if V3 else ["x"])
+
+
+def mlp() -> paddle.nn.Layer:
+    paddle.seed(0)
+    return paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.ReLU(), paddle.nn.Linear(8, 2))
+
+
+def shard_mp(name, layer, mesh):
+    """Column-sharded first Linear, row-sharded second (2.6.2's matmul grad SPMD rule refuses
+    a row-sharded weight with a replicated input gradient: replicated there)."""
+    if name == "0":
+        layer.weight = dist.shard_tensor(layer.weight, mesh, [dist.Shard(1)])
+        layer.bias = dist.shard_tensor(layer.bias, mesh, [dist.Shard(0)])
+    elif name == "2":
+        layer.weight = dist.shard_tensor(layer.weight, mesh, [dist.Shard(0) if V3 else dist.Replicate()])
+
+
+def batch(step: int, layout: str):
+    x = np.random.default_rng(step).standard_normal((4, 4)).astype("float32")
+    return dist.shard_tensor(paddle.to_tensor(x), MESH, [dist.Shard(0) if layout == "dp" else dist.Replicate()])
+
+
+def build(layout: str, optimizer_clip=None):
+    model = mlp()
+    opt_params = None
+    if layout == "plan":
+        opt = paddle.optimizer.SGD(learning_rate=0.5, parameters=model.parameters(), grad_clip=optimizer_clip)
+        plan = {"0": dist.ColWiseParallel(), "2": dist.RowWiseParallel()}
+        model, opt = dist.parallelize(model, opt, mesh=MESH, config={"mp_config": {"parallelize_plan": plan}})
+        return model, opt
+    model = dist.shard_layer(model, MESH, shard_mp if layout == "mp" else None)
+    opt_params = model.parameters()
+    opt = paddle.optimizer.SGD(learning_rate=0.5, parameters=opt_params, grad_clip=optimizer_clip)
+    return model, dist.shard_optimizer(opt)
+
+
+def loss_of(model, step: int, layout: str, nan: bool):
+    loss = model(batch(step, layout)).pow(2).mean()
+    if nan and step == 1:  # every rank runs the op (a Partial loss's op may reshard), NaN on rank 1 only
+        factor = paddle.to_tensor([float("nan") if rank == 1 else 1.0]).reshape([])
+        loss = loss * dist.shard_tensor(factor, MESH, [dist.Replicate()])
+    return loss
+
+
+def host(tensor) -> float | None:
+    if tensor is None:
+        return None
+    if tensor.is_dist():
+        tensor = tensor._local_value()
+    return float(np.asarray(tensor.numpy()).reshape(-1)[0])
+
+
+def params(model) -> list:
+    return [np.asarray(p.numpy()).ravel().tolist() for p in model.parameters()]
+
+
+def run_paddle(layout: str) -> dict:
+    model, opt = build(layout, paddle.nn.ClipGradByGlobalNorm(CLIP))
+    for step in (0, 2):
+        loss_of(model, step, layout, nan=False).backward()
+        opt.step()
+        opt.clear_grad()
+    return {"params": params(model)}
+
+
+def run_ours(layout: str, variant: str) -> dict:
+    model, opt = build(layout)
+    hook = amp.VisualDLHook(f"{out_dir}/vdl/{layout}-{variant}", run_name="", flush_every=1)
+    scaler = amp.GradScaler(enable=False, hooks=[hook])
+    if variant == "shard_scaler":
+        scaler = dist.shard_scaler(scaler)
+    rec: dict = {"skipped": [], "norms": [], "losses": []}
+    for step in range(3):
+        loss = loss_of(model, step, layout, nan=True)
+        rec["losses"].append(host(loss))  # this rank's own (local) value
+        scaler.scale(loss).backward()
+        result = scaler.step(opt, grad_clip=CLIP)
+        scaler.update()
+        opt.clear_grad()
+        rec["skipped"].append(result.skipped)
+        rec["norms"].append(host(result.grad_norm))
+    hook.close()
+    rec["params"], rec["logdir"] = params(model), hook.logdir
+    return rec
+
+
+def run_guard(layout: str) -> dict:
+    model, opt = build(layout, paddle.nn.ClipGradByGlobalNorm(CLIP))
+    rec: dict = {"skipped": [], "norms": []}
+    with amp.guard_optimizer(opt) as guard:
+        for step in range(3):
+            guard.record_loss(loss_of(model, step, layout, nan=True)).backward()
+            opt.step()
+            opt.clear_grad()
+            rec["skipped"].append(guard.last_step_skipped)
+            rec["norms"].append(host(guard.last_result.grad_norm))
+    rec["params"] = params(model)
+    return rec
+
+
+def rel_error(ours: list, ref: list) -> float:
+    a, b = np.concatenate([np.ravel(p) for p in ours]), np.concatenate([np.ravel(p) for p in ref])
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+record: dict = {"init": init, "v3": V3}
+layouts = sys.argv[3].split(",") if len(sys.argv) > 3 else ["mp", "dp", "plan"] if V3 else ["mp", "dp"]
+for layout in layouts:
+    ref = run_paddle(layout)
+    variants = {"ours": run_ours(layout, "ours"), "guard": run_guard(layout)}
+    if V3:
+        variants["shard_scaler"] = run_ours(layout, "shard_scaler")
+    for name, rec in variants.items():
+        rec["rel"] = rel_error(rec["params"], ref["params"])
+        print(f"rank {rank} {layout} {name}: skipped {rec['skipped']} rel error vs Paddle {rec['rel']:.3g}",
+              flush=True)
+    record[layout] = variants
+with open(f"{out_dir}/rank{rank}.json", "w") as f:
+    json.dump(record, f)
