@@ -45,6 +45,9 @@ class _GuardScaler(GradScaler):
         self.call: Optional[tuple] = None
         self.returned: Any = None
 
+    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, params: list) -> bool:
+        return False  # the intercepted call applies the step: the flag is agreed before it
+
     def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any) -> None:
         method, args, kwargs = self.call  # no clip of its own: fleet's step clips as it is built to
         self.returned = method(*args, **kwargs)

@@ -18,7 +18,10 @@ Host syncs: ``step()`` reads one bool (found_inf) back from the device to decide
 step, as Paddle's own scaler does once per iteration. Nothing else on the per-step path does;
 ``loss_scale`` is tracked on the host. With more than one process the flag is agreed over the ranks
 (one MAX all-reduce) first, and under fleet the clip runs inside the optimizer's step, on the
-reduced gradients: see :mod:`paddle_amp_ext.distributed`.
+reduced gradients: see :mod:`paddle_amp_ext.distributed`. Under fleet with a global-norm clip
+(``grad_clip=`` or the optimizer's own) and loss scaling off, the non-finite guard's decision rides
+on the clip's reduced norm: no found_inf all-reduce. Auto-parallel DistTensor flags and norms are
+already global (Paddle's SPMD rules reduced them): no collective of ours runs on them.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ from ._log import info_once, logger, warn_once
 from .clip import clip_grads_, global_norm, resolve_clip
 from .config import FLOAT32_MAX, AmpConfig, validate_scaling
 from .device import current_decision
-from .distributed import agree_found_inf, host_bool, layout_of, step_clipped
+from .distributed import (
+    agree_found_inf,
+    host_bool,
+    layout_of,
+    norm_covers_every_grad,
+    step_clipped,
+    step_unless_nonfinite,
+)
 from .errors import AmpOverflowError
 from .events import StepEvent, StepResult, call_optional
 from .lossscale import DynamicLossScale
@@ -310,12 +320,18 @@ class GradScaler(PaddleGradScaler):
         scale_used = self._policy.scale if enabled else 1.0
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = None
-        in_step = layout_of(optimizer).clips_in_step  # fleet reduces the gradients in step()
-        if not skipped:
+        layout = layout_of(optimizer)
+        in_step = layout.clips_in_step  # fleet reduces the gradients in step()
+        rides = in_step or (layout.norm_is_global and clip is None)  # auto-parallel: the optimizer's own clip
+        if not skipped and rides and not enabled and self._rides_on_norm(optimizer, clip, parameters, params):
+            norm, skipped = step_unless_nonfinite(optimizer, clip)  # no found_inf all-reduce
+            if not skipped:
+                self._last_lr = float(optimizer.get_lr())
+        elif not skipped:
             if clip is not None and not in_step:
                 norm = clip_grads_(params, clip)
             if not enabled and self._skip_nonfinite:
-                skipped, judged = self._nonfinite(optimizer, params, norm, clip)
+                skipped, judged = self._nonfinite(optimizer, params, norm, clip, layout.norm_is_global)
                 norm = None if in_step else judged  # before fleet's reduce: not the global norm
             elif norm is None and self.record_grad_norm and not in_step:
                 norm = global_norm(list(_compat.iter_grads(params)))
@@ -331,6 +347,13 @@ class GradScaler(PaddleGradScaler):
         self._close_step(skipped)
         self._last_result = StepResult(skipped=skipped, loss_scale=scale_used, grad_norm=norm)
         return self._last_result
+
+    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, params: List[paddle.Tensor]) -> bool:
+        """Whether, under fleet (the clip inside ``optimizer.step()``), the non-finite guard's decision
+        can ride on the clip's reduced global norm instead of a found_inf all-reduce: the norm
+        covers every gradient (:func:`~paddle_amp_ext.distributed.norm_covers_every_grad`)."""
+        return self._skip_nonfinite and self._sync_found_inf and norm_covers_every_grad(
+            optimizer, clip, parameters, params)
 
     def _enter_plain_step(self, optimizer: Any) -> bool:
         """The misuse check Paddle's stage machine makes, kept while loss scaling is off."""
@@ -353,15 +376,17 @@ class GradScaler(PaddleGradScaler):
         optimizer.step()
         return None
 
-    def _nonfinite(self, optimizer: Any, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any
-                   ) -> Tuple[bool, Optional[paddle.Tensor]]:
+    def _nonfinite(self, optimizer: Any, params: List[paddle.Tensor], norm: Optional[paddle.Tensor], clip: Any,
+                   norm_is_global: bool = False) -> Tuple[bool, Optional[paddle.Tensor]]:
         """(whether any rank's gradient is inf/nan, the norm it was judged by): one fused norm
         per gradient, the flag agreed over the ranks (one collective when distributed, also by a
-        rank without gradients) and one host read; the clip's norm is reused when it covered all."""
+        rank without gradients; none where the norm is already the same on every rank:
+        ``norm_is_global``, see :class:`~paddle_amp_ext.distributed.Layout`) and one host read;
+        the clip's norm is reused when it covered all."""
         if norm is None or not _covers_every_grad(params, clip):
             norm = global_norm(list(_compat.iter_grads(params)))
         found = paddle.to_tensor([False]) if norm is None else paddle.logical_not(paddle.isfinite(norm))
-        return host_bool(self._agree(found, optimizer)), norm
+        return host_bool(found if norm_is_global else self._agree(found, optimizer)), norm
 
     def _close_step(self, skipped: bool) -> None:
         self._found_since_update = self._found_since_update or skipped

@@ -3,7 +3,8 @@
 ``dist_scripts/autoparallel_steps.py`` trains a column/row-sharded MLP (``dist.shard_layer``), a
 data-parallel one (``Shard(0)`` data, ``Partial`` gradients) and, on 3.x, a ``dist.parallelize``
 plan, each through Paddle's own clipped path, the package's ``GradScaler.step(grad_clip=)`` (with
-and without ``dist.shard_scaler``) and ``guard_optimizer``, with a NaN loss on rank 1 only at step 1.
+and without ``dist.shard_scaler``), the optimizer's own clip, ``guard_optimizer`` and loss scaling
+on (``fp16_emulation``), with a NaN in rank 1's own piece of the first layer's output at step 1.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from distributed import launch
 SCRIPT = Path(__file__).parent / "dist_scripts" / "autoparallel_steps.py"
 V3 = hasattr(dist, "shard_scaler")  # 2.6.2 has no shard_scaler, parallelize, shard_dataloader
 LAYOUTS = ("mp", "dp", "plan") if V3 else ("mp", "dp")
-VARIANTS = ("ours", "guard", "shard_scaler") if V3 else ("ours", "guard")
+VARIANTS = ("ours", "own_clip", "guard", "shard_scaler") if V3 else ("ours", "own_clip", "guard")
+EMULATED = ("emulate", "emulate_shard_scaler") if V3 else ("emulate",)
 
 
 @pytest.fixture(scope="module", params=["init_parallel_env", "no_process_group"])
@@ -46,6 +48,29 @@ def test_nan_on_one_rank_both_skip_and_weights_equal_paddles_clip(ranks, layout,
     norms0, norms1 = rank0["norms"], rank1["norms"]
     assert all(_same(a, b) for a, b in zip(norms0, norms1)), (norms0, norms1)  # the global norm, on every rank
     assert math.isnan(norms0[1]) and norms0[0] > 0.05 and norms0[2] > 0.05  # clipped (CLIP = 0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("variant", EMULATED)
+def test_loss_scaling_on_unscales_disttensor_gradients_and_every_rank_skips(ranks, layout, variant):
+    """Inside fp16_emulation (loss scaling runs on the CPU): the package unscales DistTensor
+    gradients itself (Paddle's own ``_unscale`` refuses them), or ``dist.shard_scaler`` does; the
+    NaN step is skipped by both ranks and the scale halves on both."""
+    rank0, rank1 = (r[layout][variant] for r in ranks)
+    print(f"{layout}/{variant}: rel error {rank0['rel']:.3g} (emulate: vs Paddle's float32 path; "
+          "emulate_shard_scaler: vs emulate)")
+    for rec in (rank0, rank1):
+        assert rec["skipped"] == [False, True, False]
+        assert rec["scales"] == [1024.0, 512.0, 512.0]
+        # the gradients divided by the scale exactly (the NaN step: the CPU kernel zeroes from the first inf/nan on)
+        assert rec["unscaled_exactly"][0] is True and rec["unscaled_exactly"][2] is True
+        assert rec["norms"][1] is None and rec["norms"][0] > 0.05  # skipped before the clip
+    assert rank0["params"] == rank1["params"] and rank0["norms"] == rank1["norms"]
+    if variant == "emulate_shard_scaler":  # dist.shard_scaler's unscale == the package's
+        assert rank0["rel"] == 0.0
+    else:  # float16-rounded activations against Paddle's float32 path
+        assert rank0["rel"] < 1e-6
 
 
 @pytest.mark.slow

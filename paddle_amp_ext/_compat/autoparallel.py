@@ -19,6 +19,11 @@ processes on a CPU, gloo, eager mode):
   and ``paddle.assign(x, output=grad)`` writes into the gradient the optimizer reads. On 3.3.1
   the in-place multiply is exact (it scales the local addend, as 3.3.1's out-of-place one does),
   but ``paddle.assign(x, output=dist_tensor)`` leaves the DistTensor unchanged; ``copy_`` writes.
+- ``_C_ops.check_finite_and_unscale_(grads, scale)`` on DistTensor gradients (the kernel
+  ``dist.shard_scaler`` calls, with a dense scale): divides them in place and returns found_inf
+  as a DistTensor, ``Partial(MAX)`` on 3.3.1 where a gradient is sharded (reduced by the reshard
+  that reads it), ``Replicate`` and already the same on every rank on 2.6.2. Paddle's own
+  ``GradScaler._unscale`` (``_legacy_C_ops.check_finite_and_unscale``) refuses DistTensors.
 - ``dist.shard_scaler`` (3.x only) replaces the scaler's ``_unscale`` by a bound function of
   ``paddle.distributed.auto_parallel.api`` whose found_inf is reduced over the meshes (Paddle's
   reshards): a found_inf it stores is already agreed.
@@ -83,3 +88,17 @@ def shard_scaled(scaler: Any) -> bool:
     """Whether ``dist.shard_scaler`` replaced ``scaler._unscale`` (its found_inf is agreed)."""
     func = getattr(vars(scaler).get("_unscale"), "__func__", None)
     return func is not None and getattr(func, "__module__", "").startswith(_SHARD_SCALER_MODULE)
+
+
+def check_finite_and_unscale_(grads: list, scale: paddle.Tensor) -> paddle.Tensor:
+    """Divide DistTensor gradients by ``scale`` in place; return found_inf (a DistTensor, global
+    once :func:`replicated`). One kernel per float16/bfloat16 and other group, as ``dist.shard_scaler``."""
+    half = [g for g in grads if g.dtype in (paddle.float16, paddle.bfloat16)]
+    other = [g for g in grads if g.dtype not in (paddle.float16, paddle.bfloat16)]
+    scale = local_value(scale)
+    found = None
+    for group in (half, other):
+        if group:
+            _, flag = paddle._C_ops.check_finite_and_unscale_(group, scale)
+            found = flag if found is None else paddle._C_ops.bitwise_or(found, flag)
+    return found if found is not None else paddle.to_tensor([False])

@@ -8,7 +8,8 @@ builds them for both versions. :func:`unscale` runs ``_unscale``'s own kernel,
 ``_legacy_C_ops.check_finite_and_unscale`` (one launch per gradient dtype, OR-ed by
 ``_C_ops.bitwise_or``), on the gradients :func:`.optimizer.grad_of` names where a parameter has
 a ``main_grad`` (Paddle's ``_unscale`` reads ``_grad_ivar()`` only, so it never sees one), and
-Paddle's ``_unscale`` itself elsewhere. Fleet replaces ``_unscale`` on
+Paddle's ``_unscale`` itself elsewhere; DistTensor gradients (auto-parallel), which Paddle's
+``_unscale`` refuses, by :func:`.autoparallel.check_finite_and_unscale_`. Fleet replaces ``_unscale`` on
 the scaler instance (``fleet.distributed_scaler``, ``GroupShardedScaler``, and
 ``mix_precision_utils.MixPrecisionScaler``, which stores found_inf as a Python int and keeps no
 optimizer state); that replacement then runs instead. After ``step()``/``minimize()`` Paddle sets a cached found_inf
@@ -25,6 +26,7 @@ import paddle
 from paddle import _C_ops, _legacy_C_ops
 from paddle.amp.grad_scaler import OptimizerState, _refresh_optimizer_state
 
+from . import autoparallel
 from .optimizer import iter_grads, optimizer_parameters
 
 if TYPE_CHECKING:
@@ -90,6 +92,8 @@ def unscale(scaler: Any, optimizer: Any) -> Any:
     params = optimizer_parameters(optimizer)
     if "_unscale" in vars(scaler):  # fleet's, bound to this instance
         scaler._unscale(optimizer)
+    elif params and autoparallel.is_dist(params[0]):  # Paddle's _unscale refuses DistTensor gradients
+        scaler._found_inf = autoparallel.check_finite_and_unscale_(list(iter_grads(params)), scaler._scale)
     elif any(getattr(param, "main_grad", None) is not None for param in params):
         scaler._found_inf = _check_finite_and_unscale(scaler, iter_grads(params))
     else:  # Paddle's own: the same kernels, the gradients collected in C++
