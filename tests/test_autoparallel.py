@@ -92,3 +92,29 @@ def test_visualdl_records_on_rank_0_only_with_rank_0s_own_loss(ranks, layout):
         assert rank0["losses"][0] != rank1["losses"][0]
     else:  # Replicate loss: the global one, on every rank
         assert rank0["losses"][0] == rank1["losses"][0]
+
+
+@pytest.mark.slow
+def test_run_routes_an_unmodified_auto_parallel_script(tmp_path):
+    """``python -m paddle_amp_ext.run`` in each worker of a launch: the script's ``paddle.amp.GradScaler``
+    (inside ``dist.shard_scaler`` on 3.x) is the package's, with a default process group; every
+    rank skips the NaN step; the VisualDL hook writes on rank 0 only. On 3.x with ``--emulate
+    float16`` (loss scaling runs); on 2.6.2 without: its rehearsal of a column-sharded Linear gives
+    non-finite gradients from the first step (see docs/guides/auto-parallel.md)."""
+    emulate = ["--emulate", "float16"] if V3 else []
+    launch(SCRIPT.parent / "run_module.py", "--json", *emulate, "--logdir", str(tmp_path / "vdl"),
+           str(SCRIPT.parent / "autoparallel_user_script.py"), str(tmp_path), log_dir=tmp_path / "log", timeout=180)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    summaries = []
+    for r in (0, 1):
+        lines = [line for line in (tmp_path / "log" / f"workerlog.{r}").read_text().splitlines()
+                 if line.startswith('{"script"')]
+        summaries.append(json.loads(lines[-1])["scalers"])
+    for rank, scalers in zip(ranks, summaries):
+        assert rank["scaler"] == "paddle_amp_ext.scaler"
+        assert rank["found"] == [False, True, False]
+        assert rank["scale"] == ([512.0] if V3 else [1024.0])  # off on a CPU without --emulate: kept
+        assert len(scalers) == 1 and scalers[0]["steps"] == 3 and scalers[0]["skipped"] == 1
+    assert ranks[0]["params"] == ranks[1]["params"]
+    assert summaries[1][0]["logdir"] is None
+    assert list(Path(summaries[0][0]["logdir"]).glob("vdlrecords.*"))
