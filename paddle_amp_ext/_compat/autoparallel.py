@@ -86,7 +86,7 @@ def assign_(src: paddle.Tensor, dst: paddle.Tensor) -> None:
 
 def shard_scaled(scaler: Any) -> bool:
     """Whether ``dist.shard_scaler`` replaced ``scaler._unscale`` (its found_inf is agreed)."""
-    func = getattr(vars(scaler).get("_unscale"), "__func__", None)
+    func = getattr(getattr(scaler, "__dict__", {}).get("_unscale"), "__func__", None)
     return func is not None and getattr(func, "__module__", "").startswith(_SHARD_SCALER_MODULE)
 
 
