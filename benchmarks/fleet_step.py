@@ -39,6 +39,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather")
 RESHARD_VLOG = "p_to_r_reshard_function=4,s_to_r_reshard_function=4,p_to_s_reshard_function=4,s_to_s_reshard_function=4"
 MARK = "@@fleet_step"
+#: the reshard steps that communicate (``Split``/``Concat``... are local)
+COMMUNICATING = r"Call `(AllReduce|AllGather|ReduceScatter|Broadcast|AllToAll|Send|Recv|SendRecv|Reduce)` in Resharding"
 
 
 def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
@@ -153,7 +155,7 @@ def reshard_collectives(log: str) -> dict:
             _, edge, variant = line.split()
             name = variant if edge == "begin" else None
             counts.setdefault(variant, 0)
-        elif name is not None and re.search(r"Call `\w+` in Resharding", line):
+        elif name is not None and re.search(COMMUNICATING, line):
             counts[name] += 1
     return counts
 

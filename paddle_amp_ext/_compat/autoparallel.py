@@ -16,7 +16,8 @@ processes on a CPU, gloo, eager mode):
 - 2.6.2's in-place ``_C_ops.multiply_`` of a ``Partial`` DistTensor by a replicated factor is
   wrong (it multiplied by 29.18 instead of 0.5); 2.6.2's out-of-place ``paddle.multiply``
   reshards the ``Partial`` tensor to ``Replicate`` first (as its ``ClipGradByGlobalNorm`` does)
-  and ``paddle.assign(x, output=grad)`` writes into the gradient the optimizer reads. On 3.3.1
+  and ``paddle.assign(x, output=grad)`` writes into the gradient the optimizer reads (for a
+  ``Shard`` gradient that write all-gathers it: its in-place multiply is exact and is used). On 3.3.1
   the in-place multiply is exact (it scales the local addend, as 3.3.1's out-of-place one does),
   but ``paddle.assign(x, output=dist_tensor)`` leaves the DistTensor unchanged; ``copy_`` writes.
 - ``_C_ops.check_finite_and_unscale_(grads, scale)`` on DistTensor gradients (the kernel
@@ -67,8 +68,9 @@ def replicated(value: Any) -> Any:
 
 def multiply_(grad: paddle.Tensor, factor: paddle.Tensor) -> None:
     """``grad *= factor`` for a DistTensor gradient, as Paddle's ``ClipGradByGlobalNorm`` scales it
-    on this version (2.6: out of place, then written back; 3.x: in place)."""
-    if _INPLACE_PARTIAL_IS_WRONG:
+    on this version: in place, but a ``Partial`` one on 2.6 out of place (reduced first, as
+    Paddle's clip does), then written back (writing back a ``Shard`` one would all-gather it)."""
+    if _INPLACE_PARTIAL_IS_WRONG and is_partial(grad):
         paddle.assign(paddle.multiply(grad, factor), output=grad)
     else:
         paddle._C_ops.multiply_(grad, factor)
