@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -141,7 +142,16 @@ def _launch(config: str, steps: int, repeats: int, width: int, vlog: bool = Fals
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
                os.path.join(tmp, "log"), os.path.abspath(__file__), "--worker", config, out, str(steps),
                str(repeats), str(width)]
-        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)  # one process group: a hang kills the workers too
+        try:
+            code = proc.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        if code != 0:
+            raise subprocess.CalledProcessError(code, cmd)
         with open(out) as f, open(os.path.join(tmp, "log", "workerlog.0"), errors="replace") as log:
             return json.load(f), log.read()
 
