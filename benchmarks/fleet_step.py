@@ -128,6 +128,10 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
     if rank == 0:
         with open(out, "w") as f:
             json.dump({"collectives": per_step, "samples": samples}, f)
+    if auto:  # 3.3.1's eager auto-parallel teardown at exit once aborted ("corrupted size vs. prev_size")
+        sys.stdout.flush()  # and then hung in Paddle's signal handler: leave without it
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _launch(config: str, steps: int, repeats: int, width: int, vlog: bool = False) -> tuple:
