@@ -30,6 +30,7 @@ from .layers import gpu_linear_is_fused, o2_low_precision_layers
 from .optimizer import (
     applying_method,
     assign_grad,
+    first_parameter,
     grad_of,
     hapi_scaler,
     iter_grads,
@@ -77,6 +78,7 @@ __all__ = [
     "assign_grad",
     "autocast_enabled",
     "default_op_lists",
+    "first_parameter",
     "gpu_amp_support",
     "gpu_linear_is_fused",
     "grad_of",

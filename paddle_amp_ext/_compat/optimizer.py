@@ -46,6 +46,17 @@ def optimizer_parameters(optimizer: Any) -> list[Tensor]:
     return list(optimizer._parameter_list or [])
 
 
+def first_parameter(optimizer: Any) -> Tensor | None:
+    """The optimizer's first parameter (attribute reads only), or None: an object without
+    Paddle's parameter attributes, or no parameters."""
+    groups = getattr(optimizer, "_param_groups", None)
+    if groups and isinstance(groups[0], dict):
+        params = groups[0].get("params") or []
+    else:
+        params = getattr(optimizer, "_parameter_list", None) or []
+    return params[0] if params else None
+
+
 def grad_of(param: Tensor) -> Tensor | None:
     """The gradient tensor the optimizer applies: ``param.main_grad`` (the float32 master
     gradient) where it is set, else ``param._grad_ivar()``; in-place changes to it reach the

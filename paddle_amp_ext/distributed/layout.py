@@ -73,7 +73,7 @@ def layout_of(optimizer: Any) -> Layout:
     group = _fleet.group_sharded_group(optimizer)
     if group is not None:
         return Layout("group_sharded", group)
-    params = _compat.optimizer_parameters(optimizer)
-    if params and _compat.is_dist(params[0]):
-        return Layout("auto_parallel", params[0].process_mesh)
+    first = _compat.first_parameter(optimizer)
+    if _compat.is_dist(first):
+        return Layout("auto_parallel", first.process_mesh)
     return Layout("local")

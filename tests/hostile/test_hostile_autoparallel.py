@@ -10,7 +10,7 @@ refuses a ``Partial`` reduction (no endpoints), so the data here are ``Replicate
 from __future__ import annotations
 
 import threading
-from types import MethodType
+from types import MethodType, SimpleNamespace
 
 import numpy as np
 import paddle
@@ -93,6 +93,7 @@ def test_layout_of_dense_and_empty_optimizers_is_local():
     empty = paddle.optimizer.SGD(learning_rate=0.1, parameters=paddle.nn.Linear(2, 2).parameters())
     empty._parameter_list = []
     assert layout_of(empty).kind == "local"
+    assert layout_of(SimpleNamespace()).kind == "local"  # no Paddle attributes at all: no AttributeError
 
 
 # ---------------------------------------------------------------- _compat.autoparallel
