@@ -1,9 +1,12 @@
-"""Collectives per step and step time: this package's guarded, clipped step vs Paddle's own fleet path.
+"""Collectives per step and step time: this package's guarded, clipped step vs Paddle's own path.
 
 Runs itself under ``paddle.distributed.launch --nproc_per_node 2`` on the CPU (gloo), once per
-hybrid config (``dp``: fleet's data parallel; ``sharding``: sharding stage 1; ``mp``: tensor
-parallel with the first layer's parameters marked ``is_distributed``). Variants, interleaved in
-one run (both ranks run the same sequence, so collectives pair up):
+config: fleet's hybrid configs (``dp``: fleet's data parallel; ``sharding``: sharding stage 1;
+``mp``: tensor parallel with the first layer's parameters marked ``is_distributed``) and
+auto-parallel (``ap_dp``: replicated parameters, ``Shard(0)`` data; ``ap_mp``: the first Linear
+column-sharded, the second row-sharded on 3.x; both with ``dist.shard_optimizer``, no default
+process group). Variants, interleaved in one run (both ranks run the same sequence, so
+collectives pair up):
 
 - ``paddle``: Paddle's own path: the optimizer built with ``ClipGradByGlobalNorm(1.0)`` (fleet
   turns it into ``HybridParallelClipGrad``), ``optimizer.step()``, no non-finite guard;
@@ -11,8 +14,11 @@ one run (both ranks run the same sequence, so collectives pair up):
   guard, its flag agreed over the ranks) and ``scaler.step(optimizer, grad_clip=1.0)``;
 - ``ours_own_clip``: the same scaler with the optimizer's own fleet clip (norm recorded).
 
-Collectives are counted by wrapping ``paddle.distributed``'s all_reduce/reduce/broadcast/
-all_gather for one step of each variant.
+Collectives are counted for one step of each variant by wrapping ``paddle.distributed``'s
+all_reduce/reduce/broadcast/all_gather (fleet's, and any of ours), plus, for the auto-parallel
+configs, the communicating reshards Paddle's SPMD rules run in C++ (``AllReduce``/``AllGather``...
+"in Resharding", counted from Paddle's own VLOG lines in a separate launch: the log slows the
+step, so it is not timed).
 
     python benchmarks/fleet_step.py                 # all three configs, prints a table
     python benchmarks/fleet_step.py --configs sharding --repeats 40
@@ -23,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +38,10 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather")
+RESHARD_VLOG = "p_to_r_reshard_function=4,s_to_r_reshard_function=4,p_to_s_reshard_function=4,s_to_s_reshard_function=4"
+MARK = "@@fleet_step"
+#: the reshard steps that communicate (``Split``/``Concat``... are local)
+COMMUNICATING = r"Call `(AllReduce|AllGather|ReduceScatter|Broadcast|AllToAll|Send|Recv|SendRecv|Reduce)` in Resharding"
 
 
 def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
@@ -42,8 +54,11 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
 
     import paddle_amp_ext as amp
 
-    fc.init(**{config: 2})
+    auto = config.startswith("ap_")
+    if not auto:
+        fc.init(**{config: 2})
     rank = dist.get_rank()
+    mesh = dist.ProcessMesh([0, 1], dim_names=["x"]) if auto else None
     counts = {"n": 0}
     for name in COLLECTIVES:
         original = getattr(paddle.distributed, name)
@@ -54,10 +69,23 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
 
         setattr(paddle.distributed, name, counted)
     x = paddle.randn([64, width])
+    if auto:
+        x = dist.shard_tensor(x, mesh, [dist.Shard(0) if config == "ap_dp" else dist.Replicate()])
+
+    def shard_mp(name, layer, mesh):
+        if name == "0":
+            layer.weight = dist.shard_tensor(layer.weight, mesh, [dist.Shard(1)])
+            layer.bias = dist.shard_tensor(layer.bias, mesh, [dist.Shard(0)])
+        elif name == "2" and hasattr(dist, "shard_scaler"):  # 2.6.2's SPMD refuses the row-sharded weight
+            layer.weight = dist.shard_tensor(layer.weight, mesh, [dist.Shard(0)])
 
     def build(optimizer_clip):
         paddle.seed(0)
         model = paddle.nn.Sequential(paddle.nn.Linear(width, width), paddle.nn.ReLU(), paddle.nn.Linear(width, 1))
+        if auto:
+            model = dist.shard_layer(model, mesh, shard_mp if config == "ap_mp" else None)
+            opt = paddle.optimizer.SGD(learning_rate=1e-4, parameters=model.parameters(), grad_clip=optimizer_clip)
+            return model, dist.shard_optimizer(opt)
         if config == "mp":
             for p in model[0].parameters():
                 p.is_distributed = True
@@ -90,27 +118,69 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
     for name, fn in variants.items():
         fn()  # warm
         before = counts["n"]
+        print(f"{MARK} begin {name}", file=sys.stderr, flush=True)
         fn()
+        print(f"{MARK} end {name}", file=sys.stderr, flush=True)
         per_step[name] = counts["n"] - before
     samples: dict = {}
-    interleaved(variants, steps=steps, repeats=repeats, warmup=5, samples=samples)
+    if repeats:
+        interleaved(variants, steps=steps, repeats=repeats, warmup=5, samples=samples)
     if rank == 0:
         with open(out, "w") as f:
             json.dump({"collectives": per_step, "samples": samples}, f)
+    if auto:  # 3.3.1's eager auto-parallel teardown at exit once aborted ("corrupted size vs. prev_size")
+        sys.stdout.flush()  # and then hung in Paddle's signal handler: leave without it
+        sys.stderr.flush()
+        os._exit(0)
 
 
-def run(config: str, steps: int, repeats: int, width: int) -> dict:
+def _launch(config: str, steps: int, repeats: int, width: int, vlog: bool = False) -> tuple:
+    """(the worker's result, rank 0's log)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
         env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
         env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.join(HERE, ".."), env.get("PYTHONPATH", "")])
+        if vlog:
+            env["GLOG_vmodule"] = RESHARD_VLOG
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
                os.path.join(tmp, "log"), os.path.abspath(__file__), "--worker", config, out, str(steps),
                str(repeats), str(width)]
-        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
-        with open(out) as f:
-            return json.load(f)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)  # one process group: a hang kills the workers too
+        try:
+            code = proc.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        if code != 0:
+            raise subprocess.CalledProcessError(code, cmd)
+        with open(out) as f, open(os.path.join(tmp, "log", "workerlog.0"), errors="replace") as log:
+            return json.load(f), log.read()
+
+
+def reshard_collectives(log: str) -> dict:
+    """Per variant, the communicating reshards (``Call `AllReduce` in Resharding``...) between its markers."""
+    counts: dict = {}
+    name = None
+    for line in log.splitlines():
+        if line.startswith(MARK):
+            _, edge, variant = line.split()
+            name = variant if edge == "begin" else None
+            counts.setdefault(variant, 0)
+        elif name is not None and re.search(COMMUNICATING, line):
+            counts[name] += 1
+    return counts
+
+
+def run(config: str, steps: int, repeats: int, width: int) -> dict:
+    result, _ = _launch(config, steps, repeats, width)
+    if config.startswith("ap_"):  # Paddle's reshards, from its own log, in a launch of its own
+        _, log = _launch(config, 1, 0, width, vlog=True)
+        for name, n in reshard_collectives(log).items():
+            result["collectives"][name] += n
+    return result
 
 
 def quartiles(values: list) -> tuple:
@@ -120,7 +190,7 @@ def quartiles(values: list) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--configs", nargs="+", default=["dp", "sharding", "mp"])
+    parser.add_argument("--configs", nargs="+", default=["dp", "sharding", "mp", "ap_dp", "ap_mp"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--width", type=int, default=256)

@@ -49,11 +49,14 @@ def global_norm(grads: List[paddle.Tensor]) -> Optional[paddle.Tensor]:
 
     One fused squared-L2-norm kernel per gradient (float16/bfloat16 gradients are read as
     float32 first), one stacked sum, one sqrt: Paddle's own ``ClipGradByGlobalNorm`` arithmetic.
+    For DistTensor gradients (auto-parallel) the SPMD rules reduce the sharded and partial
+    squares over the mesh (Paddle's reshards, the collectives its own clip makes), so the norm
+    is the global one, ``Replicate`` on every rank.
     """
     if not grads:
         return None
     squares = [_compat.squared_l2_norm(g if g.dtype == paddle.float32 else g.astype("float32")) for g in grads]
-    return paddle.sqrt(paddle.stack(squares).sum())
+    return _compat.replicated(paddle.sqrt(paddle.stack(squares).sum()))
 
 
 @paddle.no_grad()
@@ -91,5 +94,5 @@ def clip_grads_(pairs: List[Pair], clip: Any) -> Optional[paddle.Tensor]:
         scale_to_norm_(grads, norm, clip.clip_norm)
         return norm
     for (_, grad), (_, new) in zip(pairs, clip(pairs)):
-        paddle.assign(new, output=grad)
+        _compat.assign_grad(new, grad)
     return norm

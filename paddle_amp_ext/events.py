@@ -47,7 +47,10 @@ class StepEvent:
     Attributes:
         step: 0-based iteration number (counts ``update()`` calls).
         loss: the unscaled loss passed to ``scale()`` (summed over accumulated micro-batches),
-            a device tensor, or None when ``scale()`` was not called.
+            a device tensor, or None when ``scale()`` was not called. An auto-parallel
+            (DistTensor) loss is this rank's local value: the global loss where it is
+            ``Replicate`` (tensor parallel), the rank's own loss where it is ``Partial``
+            (data parallel: as under fleet, rank 0's ``amp/loss`` is rank 0's own loss).
         result: the StepResult of the last ``step()`` in this iteration.
         lr: the learning rate of the last stepped optimizer, when known.
         next_loss_scale: the scale the next iteration will use.

@@ -59,6 +59,9 @@ class _GuardScaler(GradScaler):
     def _applied(self, optimizer: Any, parameters: Optional[list] = None) -> List[Pair]:
         return applied_grads(optimizer, self.parameters if parameters is None else parameters, via=self.via)
 
+    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, params: list) -> bool:
+        return False  # the intercepted call applies the step: the flag is agreed before it
+
     def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any) -> None:
         method, args, kwargs = self.call  # no clip of its own: fleet's step clips as it is built to
         self.returned = method(*args, **kwargs)
@@ -113,7 +116,8 @@ class OptimizerGuard:
         for name in names:
             wrapper = _GuardedCall(self, getattr(optimizer, name), "minimize" if name == "minimize" else "step")
             self._calls[name] = (wrapper, vars(optimizer).get(name))
-            setattr(optimizer, name, wrapper)
+            # into the instance itself: dist.shard_optimizer's wrapper forwards setattr to its inner optimizer
+            vars(optimizer)[name] = wrapper
         self._wrapper: Optional[_GuardedCall] = self._calls[self._name][0]
 
     def _call(self, original: Callable, args: tuple, kwargs: dict, via: str = "step") -> Any:
@@ -163,9 +167,9 @@ class OptimizerGuard:
         for name, (wrapper, previous) in self._calls.items():
             if vars(self._optimizer).get(name) is wrapper:
                 if previous is None:
-                    delattr(self._optimizer, name)
+                    del vars(self._optimizer)[name]
                 else:
-                    setattr(self._optimizer, name, previous)
+                    vars(self._optimizer)[name] = previous
         self._wrapper = None
 
     def __enter__(self) -> OptimizerGuard:

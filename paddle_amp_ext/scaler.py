@@ -18,7 +18,10 @@ Host syncs: ``step()`` reads one bool (found_inf) back from the device to decide
 step, as Paddle's own scaler does once per iteration. Nothing else on the per-step path does;
 ``loss_scale`` is tracked on the host. With more than one process the flag is agreed over the ranks
 (one MAX all-reduce) first, and under fleet the clip runs inside the optimizer's step, on the
-reduced gradients: see :mod:`paddle_amp_ext.distributed`.
+reduced gradients: see :mod:`paddle_amp_ext.distributed`. Under fleet with a global-norm clip
+(``grad_clip=`` or the optimizer's own) and loss scaling off, the non-finite guard's decision rides
+on the clip's reduced norm: no found_inf all-reduce. Auto-parallel DistTensor flags and norms are
+already global (Paddle's SPMD rules reduced them): no collective of ours runs on them.
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ from ._log import info_once, logger, warn_once
 from .clip import clip_grads_, global_norm, resolve_clip
 from .config import FLOAT32_MAX, AmpConfig, validate_scaling
 from .device import current_decision
-from .distributed import agree_found_inf, host_bool, layout_of, step_clipped
+from .distributed import (
+    agree_found_inf,
+    host_bool,
+    layout_of,
+    norm_covers_every_grad,
+    step_clipped,
+    step_unless_nonfinite,
+)
 from .errors import AmpOverflowError
 from .events import StepEvent, StepResult, call_optional
 from .gradients import Pair, applied_grads, grads_of
@@ -274,7 +284,9 @@ class GradScaler(PaddleGradScaler):
         if not isinstance(var, paddle.Tensor):
             raise TypeError(f"scale() expects a paddle.Tensor loss. Received: {type(var).__name__}")
         if self._hooks:  # only hooks read the loss; without them nothing is kept
-            detached = var.detach()
+            # a DistTensor loss (auto-parallel) is kept as this rank's local value: reading a
+            # Partial one on rank 0 alone would be a reshard the other ranks never enter
+            detached = _compat.local_value(var.detach())
             self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
         active = self._active()
         if active and _state.emulated_dtype() is None and _compat.amp_state_dtype() != "float16":
@@ -375,13 +387,24 @@ class GradScaler(PaddleGradScaler):
         scale_used = self._policy.scale if enabled else 1.0
         skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
         norm = out = None
-        in_step = layout_of(optimizer).clips_in_step  # fleet reduces the gradients in step()
-        if not skipped:
+        layout = layout_of(optimizer)
+        in_step = layout.clips_in_step  # fleet reduces the gradients in step()
+        rides = minimize is None and (in_step or (layout.norm_is_global and clip is None))  # auto-parallel: own clip
+        if not skipped and rides and not enabled and self._rides_on_norm(optimizer, clip, parameters,
+                                                                         [param for param, _ in judged]):
+            token = _APPLYING.set(True)  # a routed optimizer guard defers to this decision
+            try:
+                norm, skipped = step_unless_nonfinite(optimizer, clip)  # no found_inf all-reduce
+            finally:
+                _APPLYING.reset(token)
+            if not skipped:
+                self._last_lr = float(optimizer.get_lr())
+        elif not skipped:
             if clip is not None and not in_step:
                 norm = clip_grads_(pairs, clip)
             if not enabled and self._skip_nonfinite:
                 reuse = norm if _covers_every_grad(pairs, judged, clip) else None
-                skipped, judged_norm = self._nonfinite(optimizer, judged, reuse)
+                skipped, judged_norm = self._nonfinite(optimizer, judged, reuse, layout.norm_is_global)
                 if norm is None:  # else the clip's norm (of the gradients it clipped) is the one reported
                     norm = None if in_step else judged_norm  # before fleet's reduce: not the global norm
             elif norm is None and self.record_grad_norm and not in_step:
@@ -406,6 +429,13 @@ class GradScaler(PaddleGradScaler):
         self._last_result = StepResult(skipped=skipped, loss_scale=scale_used, grad_norm=norm)
         return self._last_result, out
 
+    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, params: List[paddle.Tensor]) -> bool:
+        """Whether, under fleet (the clip inside ``optimizer.step()``), the non-finite guard's decision
+        can ride on the clip's reduced global norm instead of a found_inf all-reduce: the norm
+        covers every gradient (:func:`~paddle_amp_ext.distributed.norm_covers_every_grad`)."""
+        return self._skip_nonfinite and self._sync_found_inf and norm_covers_every_grad(
+            optimizer, clip, parameters, params)
+
     def _enter_plain_step(self, optimizer: Any) -> bool:
         """The misuse check Paddle's stage machine makes, kept while loss scaling is off."""
         if id(optimizer) in self._plain_stepped:
@@ -427,16 +457,18 @@ class GradScaler(PaddleGradScaler):
         optimizer.step()
         return None
 
-    def _nonfinite(self, optimizer: Any, judged: List[Pair], norm: Optional[paddle.Tensor]
-                   ) -> Tuple[bool, Optional[paddle.Tensor]]:
+    def _nonfinite(self, optimizer: Any, judged: List[Pair], norm: Optional[paddle.Tensor],
+                   norm_is_global: bool = False) -> Tuple[bool, Optional[paddle.Tensor]]:
         """(whether any rank's gradient is inf/nan, the norm it was judged by): one fused norm
         per gradient the step applies (``judged``), the flag agreed over the ranks (one
-        collective when distributed, also by a rank without gradients) and one host read;
-        ``norm``, a clip's norm of the same gradients, is reused."""
+        collective when distributed, also by a rank without gradients; none where the norm is
+        already the same on every rank: ``norm_is_global``, see
+        :class:`~paddle_amp_ext.distributed.Layout`) and one host read; ``norm``, a clip's norm
+        of the same gradients, is reused."""
         if norm is None:
             norm = global_norm(grads_of(judged))
         found = paddle.to_tensor([False]) if norm is None else paddle.logical_not(paddle.isfinite(norm))
-        return host_bool(self._agree(found, optimizer)), norm
+        return host_bool(found if norm_is_global else self._agree(found, optimizer)), norm
 
     def _close_step(self, optimizer: Any, skipped: bool) -> None:
         lrhold.note_step(optimizer, skipped)

@@ -10,6 +10,7 @@ marked ``is_distributed``), pipeline parallel (pp_degree=2, through Paddle's own
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,21 @@ def test_nan_on_one_rank_every_rank_skips_the_same_step(config, scenario, scale,
         assert rank[scenario]["hook"] == [[False, None], [True, None], [False, None]]
     if config in ("sharding", "dp_sharding"):  # every rank holds every parameter
         _assert_same_on_every_rank(ranks, scenario)
+
+
+@pytest.mark.parametrize("config", ["sharding", "dp_sharding"])
+@pytest.mark.parametrize("scenario", ["nan_clip_off", "nan_own_clip_off"])
+def test_nan_with_a_global_norm_clip_is_decided_by_the_reduced_norm(config, scenario, request):
+    """No found_inf all-reduce: the clip's reduced global norm is NaN on every rank, so every rank
+    skips the same step, and the hook sees that norm."""
+    ranks = request.getfixturevalue(config)
+    for rank in ranks:
+        assert rank[scenario]["skipped"] == [False, True, False]
+        (ok0, norm0), (bad, nan), (ok2, norm2) = rank[scenario]["hook"]
+        assert (ok0, bad, ok2) == (False, True, False)
+        assert math.isnan(nan) and norm0 > 1.0 and norm2 > 1.0
+        assert (norm0, norm2) == tuple(ranks[0][scenario]["hook"][i][1] for i in (0, 2))
+    _assert_same_on_every_rank(ranks, scenario)
 
 
 @pytest.mark.parametrize("config", ["sharding", "dp_sharding"])

@@ -19,17 +19,22 @@ code):
 - :mod:`.kernels`: float16 rounding by ``paddle._C_ops`` kernels, or by the compiled one-pass
   kernel (:mod:`paddle_amp_ext._native`) through ``Tensor.data_ptr()``.
 - :mod:`.tensors`: a fast float32 test of a tensor, a gradient hook without the public method's binding.
+- :mod:`.autoparallel`: DistTensors (``dist.shard_tensor``...): their local values, their pending
+  reductions, how a gradient of one is scaled and written as Paddle's clip does it, ``dist.shard_scaler``.
 - :mod:`.matmul`: the float32 ``linear``/``matmul`` kernels and a tensor's in-place version,
   for the rehearsal's one-node Linear.
 """
 
 from __future__ import annotations
 
+from .autoparallel import is_dist, local_value, replicated
 from .layers import gpu_linear_is_fused, o2_low_precision_layers
 from .opdefs import CUDA_ONLY_FLUID_OPS, built_op_names, defined_op_names, registered_op_names
 from .optimizer import (
     applying_method,
+    assign_grad,
     bound_scheduler,
+    first_parameter,
     grad_of,
     hapi_scaler,
     multiply_inplace,
@@ -74,18 +79,22 @@ __all__ = [
     "PADDLE_VERSION",
     "amp_state_dtype",
     "applying_method",
+    "assign_grad",
     "bound_scheduler",
     "autocast_enabled",
     "built_op_names",
     "default_op_lists",
     "defined_op_names",
+    "first_parameter",
     "gpu_amp_support",
     "gpu_linear_is_fused",
     "grad_of",
     "hapi_scaler",
     "in_static_mode",
+    "is_dist",
     "init_scaler_state",
     "is_static_value",
+    "local_value",
     "mark_stepped",
     "master_grad_hook_due",
     "multiply_inplace",
@@ -98,6 +107,7 @@ __all__ = [
     "paddle_scaler_view",
     "place_kind",
     "registered_op_names",
+    "replicated",
     "runs_eagerly",
     "reset_optimizer_stages",
     "scaler_scale_tensor",

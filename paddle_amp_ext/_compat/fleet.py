@@ -37,6 +37,8 @@ from paddle.distributed.fleet.meta_optimizers.dygraph_optimizer.hybrid_parallel_
 )
 from paddle.distributed.fleet.meta_parallel.sharding.group_sharded_utils import GroupShardedClipGrad
 
+from .autoparallel import shard_scaled
+
 FLEET_CLIPS = (HybridParallelClipGrad, GroupShardedClipGrad)
 
 
@@ -102,10 +104,13 @@ def is_unsliced(param: paddle.Tensor) -> bool:
 
 
 def unscale_reduces_found_inf(scaler: Any) -> bool:
-    """Whether fleet replaced ``scaler._unscale`` by one that all-reduces found_inf itself."""
+    """Whether fleet (or ``dist.shard_scaler``, :func:`.autoparallel.shard_scaled`) replaced
+    ``scaler._unscale`` by one that agrees found_inf itself."""
     method = vars(scaler).get("_unscale")
     func = getattr(method, "__func__", None)
-    return func is not None and getattr(func, "__module__", "").startswith("paddle.distributed.fleet")
+    if func is None:
+        return False
+    return getattr(func, "__module__", "").startswith("paddle.distributed.fleet") or shard_scaled(scaler)
 
 
 def split_norm_comm(optimizer: Any) -> bool:

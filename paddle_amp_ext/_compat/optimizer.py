@@ -30,7 +30,7 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
 - ``Optimizer._parameter_list`` / ``_param_groups``: an optimizer's parameters.
 - ``paddle._C_ops.squared_l2_norm`` (the fused kernel ``paddle.nn.ClipGradByGlobalNorm`` uses) and
   ``paddle._C_ops.multiply_`` (in-place multiply without the Python-side argument binding that
-  ``Tensor.multiply_`` pays on 2.6).
+  ``Tensor.multiply_`` pays on 2.6); for DistTensors see :mod:`.autoparallel`.
 - ``Optimizer._learning_rate``: the ``LRScheduler`` object an optimizer was built with (or a
   float); fleet's wrappers keep the optimizer in ``_inner_opt`` (both versions).
 - hapi: ``paddle.Model._scaler`` (the GradScaler ``Model.fit(amp_configs=...)`` builds in dygraph).
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import paddle
 
+from . import autoparallel
 from .tracer import PADDLE_VERSION
 
 if TYPE_CHECKING:
@@ -54,6 +55,17 @@ def optimizer_parameters(optimizer: Any) -> list[Tensor]:
     if groups and isinstance(groups[0], dict):
         return [p for group in groups for p in group["params"]]
     return list(optimizer._parameter_list or [])
+
+
+def first_parameter(optimizer: Any) -> Tensor | None:
+    """The optimizer's first parameter (attribute reads only), or None: an object without
+    Paddle's parameter attributes, or no parameters."""
+    groups = getattr(optimizer, "_param_groups", None)
+    if groups and isinstance(groups[0], dict):
+        params = groups[0].get("params") or []
+    else:
+        params = getattr(optimizer, "_parameter_list", None) or []
+    return params[0] if params else None
 
 
 def grad_of(param: Tensor) -> Tensor | None:
@@ -142,8 +154,20 @@ def squared_l2_norm(x: Tensor) -> Tensor:
 
 
 def multiply_inplace(x: Tensor, factor: Tensor) -> None:
-    """``x *= factor`` in place (``factor`` broadcast, same dtype as ``x``)."""
-    paddle._C_ops.multiply_(x, factor)
+    """``x *= factor`` in place (``factor`` broadcast, same dtype as ``x``); a DistTensor as
+    Paddle's clip scales it (:func:`.autoparallel.multiply_`)."""
+    if autoparallel.is_dist(x):
+        autoparallel.multiply_(x, factor)
+    else:
+        paddle._C_ops.multiply_(x, factor)
+
+
+def assign_grad(src: Tensor, dst: Tensor) -> None:
+    """Write ``src`` into the gradient tensor ``dst`` the optimizer reads (DistTensors too)."""
+    if autoparallel.is_dist(dst):
+        autoparallel.assign_(src, dst)
+    else:
+        paddle.assign(src, output=dst)
 
 
 def hapi_scaler(model: Any) -> Any:

@@ -10,7 +10,8 @@ builds them for both versions. :func:`unscale` runs ``_unscale``'s own kernel,
 :mod:`paddle_amp_ext.gradients`; Paddle's ``_unscale`` reads every ``_grad_ivar()``, frozen
 parameters' too, and never a ``main_grad``) on a GPU, and on a CPU the CUDA kernel's arithmetic
 (:func:`unscale_as_cuda`: Paddle's CPU kernel zeroes every tensor from the first non-finite one
-on). Fleet replaces ``_unscale`` on
+on); DistTensor gradients (auto-parallel), which Paddle's ``_unscale`` refuses, by
+:func:`.autoparallel.check_finite_and_unscale_` (Paddle's kernel for the place). Fleet replaces ``_unscale`` on
 the scaler instance (``fleet.distributed_scaler``, ``GroupShardedScaler``, and
 ``mix_precision_utils.MixPrecisionScaler``, which stores found_inf as a Python int and keeps no
 optimizer state); that replacement then runs instead. After ``step()``/``minimize()`` Paddle sets a cached found_inf
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import paddle
 from paddle import _C_ops, _legacy_C_ops
 from paddle.amp.grad_scaler import OptimizerState, _refresh_optimizer_state
+
+from . import autoparallel
 
 if TYPE_CHECKING:
     from paddle import Tensor
@@ -91,6 +94,8 @@ def unscale(scaler: Any, optimizer: Any, grads: list[Tensor]) -> Any:
         raise RuntimeError("unscale_() is being called after step().")
     if "_unscale" in vars(scaler):  # fleet's, bound to this instance
         scaler._unscale(optimizer)
+    elif grads and autoparallel.is_dist(grads[0]):  # Paddle's _unscale refuses DistTensor gradients
+        scaler._found_inf = autoparallel.check_finite_and_unscale_(grads, scaler._scale)
     elif grads and grads[0].place.is_cpu_place():
         scaler._found_inf = unscale_as_cuda(grads, scaler._scale)
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .flags import agree_found_inf, all_reduce_max, host_bool
 from .layout import Layout, layout_of
-from .norm import step_clipped
+from .norm import norm_covers_every_grad, step_clipped, step_unless_nonfinite
 
-__all__ = ["Layout", "agree_found_inf", "all_reduce_max", "host_bool", "layout_of", "step_clipped"]
+__all__ = ["Layout", "agree_found_inf", "all_reduce_max", "host_bool", "layout_of", "norm_covers_every_grad",
+           "step_clipped", "step_unless_nonfinite"]

@@ -5,6 +5,10 @@ A found_inf flag is a device tensor (bool or int) or a Python number: fleet's
 :func:`checked_flag` says what a flag may be, for :func:`agree_found_inf` and :func:`host_bool`:
 a bool, int or float (Python or numpy) or a paddle.Tensor of one element (bool, int or float),
 true when it is not 0, so a NaN flag (a non-finite value) and 0.5 count as found.
+Under auto-parallel it is a DistTensor (computed from DistTensor gradients, or
+``dist.shard_scaler``'s found_inf): Paddle's SPMD rules already reduced it over the mesh, so it
+is global and no collective of ours runs on it (a ``paddle.distributed`` collective on a
+DistTensor segfaults); a pending ``Partial`` reduction is done by Paddle's reshard, on every rank.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import paddle
 
+from .. import _compat
 from .._compat import fleet as _fleet
 
 Flag = Union[paddle.Tensor, bool, int, float]
@@ -66,7 +71,9 @@ def host_bool(flag: Flag) -> bool:
     """The one device-to-host read of a step (robust to numpy >= 2.4's scalar rules).
 
     Args:
-        flag: a 1-element device tensor, or a Python number (read as it is, with no sync).
+        flag: a 1-element device tensor, or a Python number (read as it is, with no sync). A
+            DistTensor is read from its local value (a ``Partial`` one reduced first by Paddle's
+            reshard, which every rank enters at this read).
 
     Returns:
         The flag as a Python bool (a tensor costs one device-to-host sync).
@@ -76,6 +83,7 @@ def host_bool(flag: Flag) -> bool:
     """
     flag = checked_flag(flag)
     if isinstance(flag, paddle.Tensor):
+        flag = _compat.local_value(_compat.replicated(flag))
         return bool(np.asarray(flag.numpy()).reshape(-1)[0])
     return bool(flag)
 
@@ -95,9 +103,15 @@ def all_reduce_max(flag: Flag) -> Flag:
     Args:
         flag: this rank's flag, a bool device tensor or a Python bool/int.
 
+    A DistTensor flag is already global (Paddle's SPMD rules reduced it): returned with no
+    collective of ours (a ``paddle.distributed`` collective on a DistTensor segfaults), its
+    ``Partial`` reduction done.
+
     Returns:
         The agreed flag as a bool tensor; ``flag`` itself, unchanged, when alone.
     """
+    if _compat.is_dist(flag):
+        return _compat.replicated(flag)
     if _world() <= 1:
         return flag
     if isinstance(flag, paddle.Tensor):

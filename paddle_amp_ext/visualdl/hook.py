@@ -10,6 +10,7 @@ from typing import Any, List, Optional, Tuple
 
 import paddle
 
+from .. import _compat
 from .._log import logger, warn_once
 from ..events import StepEvent
 from .writer import BatchedWriter, Row
@@ -205,7 +206,8 @@ class VisualDLHook:
         rows += scale_rows(result.loss_scale)
         rows.append(("amp/skipped_steps", float(self._skipped)))
         if result.grad_norm is not None:
-            rows.append(("amp/grad_norm", result.grad_norm))
+            # a DistTensor norm is Replicate: its local value is the global norm (read with no collective)
+            rows.append(("amp/grad_norm", _compat.local_value(result.grad_norm)))
         if event.lr is not None:
             rows.append(("amp/lr", event.lr))
         self._out.add(event.step, int(time.time() * 1000), rows)

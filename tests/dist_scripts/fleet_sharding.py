@@ -48,6 +48,8 @@ record = {
                                distributed_scaler=True),
     "paddle_clip": run(optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
     "ours_clip": run(amp.GradScaler(enable=False), grad_clip=1.0),
+    "nan_clip_off": run(amp.GradScaler(enable=False), nan=True, grad_clip=1.0),  # decided by the reduced norm
+    "nan_own_clip_off": run(amp.GradScaler(enable=False), nan=True, optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
     "ours_record": run(amp.GradScaler(enable=False), optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
     "paddle_clip_subset": run(optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0), subset=True),
     "ours_clip_subset": run(amp.GradScaler(enable=False), grad_clip=1.0, subset=True),
