@@ -9,11 +9,11 @@ import paddle
 
 from .. import _compat
 from ..scaler import GradScaler
-from .hook import open_writer, refuse_copy, scale_rows
+from .hook import NotCopyable, open_writer, scale_rows
 from .writer import Row
 
 
-class VisualDLCallback(paddle.callbacks.Callback):
+class VisualDLCallback(NotCopyable, paddle.callbacks.Callback):
     """hapi callback: the same tags as :class:`VisualDLHook` for ``paddle.Model.fit(..., amp_configs=...)``.
 
     The loss comes from hapi's logs (already on the host); the loss scale and the skip count of
@@ -108,15 +108,6 @@ class VisualDLCallback(paddle.callbacks.Callback):
         """
         if self._out is not None:
             self._out.flush()
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise refuse_copy(self)
-
-    def __copy__(self) -> Any:
-        raise refuse_copy(self)
-
-    def __deepcopy__(self, memo: Any) -> Any:
-        raise refuse_copy(self)
 
     def close(self) -> None:
         """Flush and close the records; later batches are not logged. Idempotent."""

@@ -116,14 +116,26 @@ def open_writer(owner: Any, logdir: Any, all_ranks: bool, run_name: Optional[str
     return out
 
 
-def refuse_copy(owner: Any) -> TypeError:
-    """The error for pickling or copying a hook or callback (it owns one run's open record file)."""
-    name = type(owner).__name__
-    return TypeError(f"A {name} cannot be pickled or copied: it writes one run's open record file "
-                     f"({owner.logdir!r}), and a copy would write the same steps twice or into a closed file. "
-                     f"copy.deepcopy of a GradScaler (or of a hapi Model) copies its hooks too: remove the hook "
-                     f"first (scaler.remove_hook(hook)) and give the copy its own {name}; to save or restore a "
-                     "scaler, use scaler.state_dict() / set_state_dict().")
+class NotCopyable:
+    """Refuses pickling and copying, naming the mistake: a hook or callback owns one run's open
+    record file, and a copy would write the same steps twice or into a closed file."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise self._refusal()
+
+    def __copy__(self) -> Any:
+        raise self._refusal()
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise self._refusal()
+
+    def _refusal(self) -> TypeError:
+        name = type(self).__name__
+        return TypeError(f"A {name} cannot be pickled or copied: it writes one run's open record file "
+                         f"({self.logdir!r}), and a copy would write the same steps twice or into a closed file. "
+                         f"copy.deepcopy of a GradScaler (or of a hapi Model) copies its hooks too: remove the hook "
+                         f"first (scaler.remove_hook(hook)) and give the copy its own {name}; to save or restore a "
+                         "scaler, use scaler.state_dict() / set_state_dict().")
 
 
 def scale_rows(loss_scale: float) -> List[Row]:
@@ -132,7 +144,7 @@ def scale_rows(loss_scale: float) -> List[Row]:
                                               float("-inf"))]
 
 
-class VisualDLHook:
+class VisualDLHook(NotCopyable):
     """Log loss, loss scale, skips, grad norm and lr to VisualDL at every step.
 
     Tags: ``amp/loss``, ``amp/loss_scale`` (the raw scale, e.g. 65536), ``amp/log2_loss_scale``
@@ -222,15 +234,6 @@ class VisualDLHook:
                   "value: amp/loss records its mean (NaN for an empty loss). backward() of a non-scalar loss "
                   "computes the gradient of its sum; pass loss.mean() to scale() if the mean was meant.", list(shape))
         return loss if math.prod(shape) else math.nan
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise refuse_copy(self)
-
-    def __copy__(self) -> Any:
-        raise refuse_copy(self)
-
-    def __deepcopy__(self, memo: Any) -> Any:
-        raise refuse_copy(self)
 
     def flush(self) -> None:
         """Write the buffered steps now (one device read)."""
