@@ -12,7 +12,12 @@ collectives pair up):
   turns it into ``HybridParallelClipGrad``), ``optimizer.step()``, no non-finite guard;
 - ``ours``: ``GradScaler(enable=False)`` (loss scaling off as on every CPU: the skip_nonfinite
   guard, its flag agreed over the ranks) and ``scaler.step(optimizer, grad_clip=1.0)``;
-- ``ours_own_clip``: the same scaler with the optimizer's own fleet clip (norm recorded).
+- ``ours_own_clip``: the same scaler with the optimizer's own fleet clip (norm recorded);
+- fleet configs only, collectives counted, not timed (loss scaling on a CPU runs only inside the
+  rehearsal, whose cost would swamp the step): ``paddle_scaled``, Paddle's ``GradScaler``
+  (switched on by hand) through ``fleet.distributed_scaler`` with the optimizer's clip, and
+  ``ours_scaled``, the package's scaler inside ``fp16_emulation`` through
+  ``fleet.distributed_scaler`` with ``step(grad_clip=1.0)``.
 
 Collectives are counted for one step of each variant by wrapping ``paddle.distributed``'s
 all_reduce/reduce/broadcast/all_gather (fleet's, and any of ours), plus, for the auto-parallel
@@ -113,9 +118,44 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
             opt.clear_grad()
         return step
 
+    def paddle_scaled_step():
+        """Paddle's loss-scaled path: its GradScaler through fleet.distributed_scaler, step() and
+        update() (switched on by hand: Paddle's scaler is off on a CPU)."""
+        from paddle_amp_ext import _compat
+
+        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0))
+        scaler = paddle.amp.GradScaler(init_loss_scaling=1024.0)
+        _compat.init_scaler_state(scaler, 1024.0)
+        scaler._enable = True
+        scaler._incr_ratio, scaler._decr_ratio = 2.0, 0.5
+        scaler._incr_every_n_steps, scaler._decr_every_n_nan_or_inf = 2000, 1
+        scaler = fleet.distributed_scaler(scaler)
+
+        def step():
+            (model(x).pow(2).mean() * 1024.0).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.clear_grad()
+        return step
+
+    def ours_scaled_step():
+        """The package's scaler with loss scaling on (inside fp16_emulation, as on a CPU it must
+        be) through fleet.distributed_scaler, step(grad_clip=1.0)."""
+        model, opt = build(None)
+        scaler = fleet.distributed_scaler(amp.GradScaler(init_loss_scaling=1024.0))
+
+        def step():
+            with amp.fp16_emulation(model, custom_black_list=["matmul"]):
+                scaler.scale(model(x).pow(2).mean()).backward()
+                scaler.step(opt, grad_clip=1.0)
+                scaler.update()
+            opt.clear_grad()
+        return step
+
     variants = {"paddle": paddle_step(), "ours": ours_step(False), "ours_own_clip": ours_step(True)}
+    counted_only = {} if auto else {"paddle_scaled": paddle_scaled_step(), "ours_scaled": ours_scaled_step()}
     per_step = {}
-    for name, fn in variants.items():
+    for name, fn in {**variants, **counted_only}.items():
         fn()  # warm
         before = counts["n"]
         print(f"{MARK} begin {name}", file=sys.stderr, flush=True)
@@ -202,8 +242,8 @@ def main() -> int:
         return 0
     print(f"fleet step, 2 processes (gloo, CPU), MLP {args.width}x{args.width}, batch 64, "
           f"{args.repeats} interleaved repeats of {args.steps} steps")
-    print("config    collectives/step (paddle, ours, ours_own_clip)   ms/step paddle   ours/paddle median [IQR]"
-          "   ours_own_clip/paddle median [IQR]")
+    print("config    collectives/step (paddle, ours, ours_own_clip; loss-scaled: paddle, ours)   ms/step paddle   "
+          "ours/paddle median [IQR]   ours_own_clip/paddle median [IQR]")
     for config in args.configs:
         result = run(config, args.steps, args.repeats, args.width)
         s, c = result["samples"], result["collectives"]
@@ -212,7 +252,8 @@ def main() -> int:
         for k in ("ours", "ours_own_clip"):
             lo, hi = quartiles(ratios[k])
             cells.append(f"{statistics.median(ratios[k]):.3f} [{lo:.3f}, {hi:.3f}]")
-        print(f"{config:<9} {c['paddle']}, {c['ours']}, {c['ours_own_clip']:<38} "
+        scaled = f"; {c['paddle_scaled']}, {c['ours_scaled']}" if "paddle_scaled" in c else ""
+        print(f"{config:<9} {c['paddle']}, {c['ours']}, {c['ours_own_clip']}{scaled:<52} "
               f"{1e3 * statistics.median(s['paddle']):>8.2f}       {cells[0]:<26} {cells[1]}")
         sys.stdout.flush()
     return 0

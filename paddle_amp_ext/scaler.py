@@ -17,11 +17,15 @@ are unscaled once; hooks see the summed loss of the K micro-batches.
 Host syncs: ``step()`` reads one bool (found_inf) back from the device to decide whether to
 step, as Paddle's own scaler does once per iteration. Nothing else on the per-step path does;
 ``loss_scale`` is tracked on the host. With more than one process the flag is agreed over the ranks
-(one MAX all-reduce) first, and under fleet the clip runs inside the optimizer's step, on the
-reduced gradients: see :mod:`paddle_amp_ext.distributed`. Under fleet with a global-norm clip
-(``grad_clip=`` or the optimizer's own) and loss scaling off, the non-finite guard's decision rides
-on the clip's reduced norm: no found_inf all-reduce. Auto-parallel DistTensor flags and norms are
-already global (Paddle's SPMD rules reduced them): no collective of ours runs on them.
+(one MAX all-reduce) first where the ranks' flags can differ (fleet's sharding, tensor and
+pipeline parallel, stage 2/3, ``no_sync`` parameters); under plain data parallel the gradients
+are already identical after backward, so no collective runs (as in Paddle's and torch's
+scalers). Under fleet the clip runs inside the optimizer's step, on the reduced gradients: see
+:mod:`paddle_amp_ext.distributed`. Under fleet with a global-norm clip (``grad_clip=`` or the
+optimizer's own), with loss scaling on or off, the skip decision rides on the clip's reduced
+norm: no found_inf all-reduce, one collective fewer than Paddle's path. Auto-parallel
+DistTensor flags and norms are already global (Paddle's SPMD rules reduced them): no collective
+of ours runs on them.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import paddle
 from paddle.amp.grad_scaler import GradScaler as PaddleGradScaler  # not paddle.amp's: routing replaces it
 
 from . import _compat, _state, lrhold
+from ._compat import fleet as _fleet
 from ._log import info_once, logger, warn_once
 from .clip import clip_grads_, global_norm, resolve_clip
 from .config import FLOAT32_MAX, AmpConfig, validate_scaling
@@ -132,8 +137,12 @@ class GradScaler(PaddleGradScaler):
         on_collapse: ``"warn"`` (log once per collapse) or ``"raise"`` (``AmpOverflowError``).
         hooks: objects with ``on_step(event)`` (e.g. ``VisualDLHook``), see :meth:`add_hook`.
         config: an :class:`AmpConfig` supplying the scaler settings and ``enable``.
-        sync_found_inf: agree on found_inf (and the guard's flag) over all ranks before deciding
-            (default True; False only for a control run: ranks may then diverge or hang).
+        sync_found_inf: agree on found_inf (and the guard's flag) over all ranks before deciding,
+            where their flags can differ (default True: one MAX all-reduce, or the clip's reduced
+            norm, under fleet's sharding/tensor/pipeline parallel and stage 2/3 and for ``no_sync``
+            or ``is_distributed`` parameters; nothing under plain data parallel, whose gradients
+            are identical after backward: :func:`~paddle_amp_ext.distributed.flags_agree`). False
+            only for a control run: ranks may then diverge or hang.
 
     Raises:
         ValueError, TypeError: a bad setting, naming it.
@@ -302,8 +311,9 @@ class GradScaler(PaddleGradScaler):
     def unscale_(self, optimizer: Any) -> None:
         """Divide the optimizer's gradients by the scale now (e.g. before your own clipping).
 
-        Checks them for inf/nan on the device; with several processes the flag is all-reduced
-        (MAX, one int32) here. ``step()`` then reads it (its one host sync).
+        Checks them for inf/nan on the device; with several processes whose flags can differ
+        (not under plain data parallel: :func:`~paddle_amp_ext.distributed.flags_agree`) the flag
+        is all-reduced (MAX, one int32) here. ``step()`` then reads it (its one host sync).
 
         Args:
             optimizer: the optimizer whose gradients (``main_grad`` where set) are unscaled.
@@ -322,8 +332,9 @@ class GradScaler(PaddleGradScaler):
     def _agree(self, found: Any, optimizer: Any, unscaled: bool = False) -> Any:
         """found_inf (a device flag or a Python number) as every rank sees it: the one place the
         skip decision is reduced across ranks (:func:`~paddle_amp_ext.distributed.agree_found_inf`:
-        one MAX all-reduce over the world; none in a single process, nor after an ``_unscale``
-        fleet replaced by one that reduces), for the scaler and for ``guard_optimizer``."""
+        one MAX all-reduce over the world; none in a single process, nor where the gradients were
+        reduced before the step, nor after an ``_unscale`` fleet replaced by one that reduces), for
+        the scaler and for ``guard_optimizer``."""
         if not self._sync_found_inf:
             return found
         return agree_found_inf(found, optimizer, scaler=self if unscaled else None)
@@ -381,25 +392,20 @@ class GradScaler(PaddleGradScaler):
             (the StepResult, what ``optimizer.minimize`` returned, or None).
         """
         enabled = self.is_enable()
-        needs_params = parameters is not None or clip is not None or self.record_grad_norm or not enabled
-        judged: List[Pair] = self._applied(optimizer) if needs_params else []  # off the plain path
-        pairs = judged if parameters is None else self._applied(optimizer, _parameters_of(optimizer, parameters))
-        scale_used = self._policy.scale if enabled else 1.0
-        skipped = self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)
-        norm = out = None
         layout = layout_of(optimizer)
         in_step = layout.clips_in_step  # fleet reduces the gradients in step()
         rides = minimize is None and (in_step or (layout.norm_is_global and clip is None))  # auto-parallel: own clip
-        if not skipped and rides and not enabled and self._rides_on_norm(optimizer, clip, parameters,
-                                                                         [param for param, _ in judged]):
-            token = _APPLYING.set(True)  # a routed optimizer guard defers to this decision
-            try:
-                norm, skipped = step_unless_nonfinite(optimizer, clip)  # no found_inf all-reduce
-            finally:
-                _APPLYING.reset(token)
-            if not skipped:
-                self._last_lr = float(optimizer.get_lr())
-        elif not skipped:
+        needs_params = (parameters is not None or clip is not None or self.record_grad_norm or not enabled
+                        or (rides and in_step))
+        judged: List[Pair] = self._applied(optimizer) if needs_params else []  # off the plain path
+        pairs = judged if parameters is None else self._applied(optimizer, _parameters_of(optimizer, parameters))
+        scale_used = self._policy.scale if enabled else 1.0
+        norm = out = None
+        params = [param for param, _ in judged]
+        if rides and (self._unscales_for_norm(optimizer, clip, parameters, params, in_step) if enabled
+                      else self._rides_on_norm(optimizer, clip, parameters, params)):
+            norm, skipped = self._step_on_norm(optimizer, clip, judged)
+        elif not (skipped := self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)):
             if clip is not None and not in_step:
                 norm = clip_grads_(pairs, clip)
             if not enabled and self._skip_nonfinite:
@@ -435,6 +441,41 @@ class GradScaler(PaddleGradScaler):
         covers every gradient (:func:`~paddle_amp_ext.distributed.norm_covers_every_grad`)."""
         return self._skip_nonfinite and self._sync_found_inf and norm_covers_every_grad(
             optimizer, clip, parameters, params)
+
+    def _unscales_for_norm(self, optimizer: Any, clip: Any, parameters: Any, params: List[paddle.Tensor],
+                           in_step: bool) -> bool:
+        """Whether, with loss scaling on under fleet, the overflow decision can ride on the clip's
+        reduced global norm of the unscaled gradients (an inf/nan gradient on any rank leaves it
+        inf/nan on every rank) instead of a found_inf all-reduce: the clip runs inside the step and
+        covers every gradient, the gradients are not unscaled yet (no ``unscale_()`` by hand,
+        whose flag is agreed already) and unscaling them needs no collective of fleet's
+        (:func:`~paddle_amp_ext._compat.fleet.unscale_needs_no_collective`)."""
+        return (in_step and self._sync_found_inf and _compat.optimizer_stage(self, optimizer) == "INIT"
+                and _fleet.unscale_needs_no_collective(self)
+                and norm_covers_every_grad(optimizer, clip, parameters, params))
+
+    def _step_on_norm(self, optimizer: Any, clip: Any, judged: List[Pair]) -> Tuple[Optional[paddle.Tensor], bool]:
+        """Unscale this rank's gradients (loss scaling on; no collective, no host read), then step
+        through :func:`~paddle_amp_ext.distributed.step_unless_nonfinite`: the decision is whether
+        the clip's reduced global norm is finite (one host read), the same on every rank.
+
+        Returns:
+            (the global norm, whether the step was skipped).
+        """
+        if self.is_enable():
+            _compat.unscale(self, optimizer, grads_of(judged), own=True)
+        else:
+            self._enter_plain_step(optimizer)
+        token = _APPLYING.set(True)  # a routed optimizer guard defers to this decision
+        try:
+            norm, skipped = step_unless_nonfinite(optimizer, clip)  # no found_inf all-reduce
+        finally:
+            _APPLYING.reset(token)
+        if self.is_enable() and norm is not None:  # the agreed flag, where unscale_() leaves it
+            _compat.set_found_flags(self, found=paddle.logical_not(paddle.isfinite(norm)))
+        if not skipped:
+            self._last_lr = float(optimizer.get_lr())
+        return norm, skipped
 
     def _enter_plain_step(self, optimizer: Any) -> bool:
         """The misuse check Paddle's stage machine makes, kept while loss scaling is off."""

@@ -91,6 +91,29 @@ def test_nan_with_a_global_norm_clip_is_decided_by_the_reduced_norm(config, scen
 
 
 @pytest.mark.parametrize("config", ["sharding", "dp_sharding"])
+@pytest.mark.parametrize("scenario", ["nan_on_clip", "nan_on_fleet_scaler_clip", "nan_on_own_clip"])
+def test_loss_scaled_overflow_is_decided_by_the_reduced_norm_one_collective_fewer(config, scenario, request):
+    """Loss scaling on (fp16_emulation) with a global-norm clip: the unscaled gradients' reduced
+    norm is NaN on every rank at the overflow step, so every rank skips it and halves the scale
+    with no found_inf all-reduce (also through fleet.distributed_scaler, whose own unscale would
+    all-reduce): each step calls as many collectives as Paddle's unscaled clipped step, one fewer
+    than Paddle's loss-scaled one (its scaler's found_inf all-reduce, then the same step)."""
+    ranks = request.getfixturevalue(config)
+    for rank in ranks:
+        rec = rank[scenario]
+        assert rec["skipped"] == [False, True, False]
+        assert rec["scale"] == 512.0
+        (ok0, norm0), (bad, nan), (ok2, norm2) = rec["hook"]
+        assert (ok0, bad, ok2) == (False, True, False)
+        assert math.isnan(nan) and norm0 > 1.0 and norm2 > 1.0
+        assert (norm0, norm2) == tuple(ranks[0][scenario]["hook"][i][1] for i in (0, 2))
+        paddles = rank["paddle_clip"]["collectives"]
+        assert rec["collectives"] == paddles and paddles[0] > 0, (rec["collectives"], paddles)
+        assert rank["paddle_scaled_clip"]["collectives"] == [n + 1 for n in paddles]
+    _assert_same_on_every_rank(ranks, scenario)
+
+
+@pytest.mark.parametrize("config", ["sharding", "dp_sharding"])
 def test_sharding_clip_is_paddles_hybrid_clip_with_the_global_norm(config, request):
     ranks = request.getfixturevalue(config)
     for step in range(3):  # the gradient the optimizer applies: the mean of the ranks' gradients

@@ -289,7 +289,8 @@ def test_bad_arguments_are_named():
 @pytest.mark.slow
 def test_nan_on_one_rank_is_skipped_on_every_rank_under_fleet(tmp_path):
     """Two processes: fleet's HybridParallelOptimizer guarded (its own step() and the Trainers'
-    _step()), and fp32 master gradients with the scaler on, then guarded."""
+    _step()), and fp32 master gradients with the scaler on, then guarded. Rank 1's NaN reaches
+    every rank through the gradient all-reduce, so no found_inf all-reduce runs in the step."""
     import json
 
     launch(SCRIPT, str(tmp_path), log_dir=tmp_path / "log", timeout=150)
@@ -302,6 +303,8 @@ def test_nan_on_one_rank_is_skipped_on_every_rank_under_fleet(tmp_path):
     assert master0["skipped"] == master1["skipped"] == [False, True] * 4
     assert master0["scales"] == master1["scales"] == [1024.0, 512.0, 512.0, 256.0]
     assert master0["guard_skipped_steps"] == master1["guard_skipped_steps"] == 2
+    assert fleet0["collectives"] == fleet1["collectives"] == [0] * 4
+    assert master0["collectives"] == master1["collectives"] == [0] * 8
     for part in ("fleet", "master_grad"):
         for a, b in zip(ranks[0][part]["params"], ranks[1][part]["params"]):
             np.testing.assert_array_equal(a, b)

@@ -20,7 +20,11 @@ CPU with gloo):
   ``GroupShardedClipGrad`` has ``_clip``; a parameter that stage 3 does not slice has an
   ``unslice`` attribute. ``GroupShardedScaler`` and ``fleet.distributed_scaler`` replace the
   scaler's ``_unscale`` by a bound function of their own module that all-reduces found_inf
-  (MAX) over the whole world.
+  (MAX) over the whole world; ``distributed_scaler``'s is the closure
+  ``distributed_scaler.<locals>.unscale_method`` of ``paddle.distributed.fleet.scaler``, which
+  reads ``fleet.fleet._user_defined_strategy.hybrid_configs["sharding_configs"].comm_overlap``.
+- ``paddle.DataParallel`` all-reduces every trainable gradient in backward except those of
+  parameters marked ``no_sync`` or (under model parallel) ``is_distributed``.
 - The optimizer's clip lives in ``_grad_clip`` (and ``"grad_clip"`` of each param group), read
   by ``Optimizer._apply_optimize`` at every step.
 """
@@ -42,6 +46,11 @@ from .autoparallel import shard_scaled
 FLEET_CLIPS = (HybridParallelClipGrad, GroupShardedClipGrad)
 
 
+def _own(obj: Any) -> dict:
+    """``obj``'s instance attributes (empty for objects without a ``__dict__``: ints, slotted ones)."""
+    return getattr(obj, "__dict__", None) or {}
+
+
 def hybrid_group(optimizer: Any) -> Any:
     """The hybrid communicate group of a fleet optimizer whose ``step()`` reduces gradients
     (sharding, tensor, pipeline parallel), else None (plain data parallel, not fleet)."""
@@ -50,13 +59,13 @@ def hybrid_group(optimizer: Any) -> Any:
         if isinstance(opt, HybridParallelOptimizer):
             hcg = opt._hcg
             return None if hcg.get_parallel_mode() == ParallelMode.DATA_PARALLEL else hcg
-        opt = vars(opt).get("_inner_opt")
+        opt = _own(opt).get("_inner_opt")
     return None
 
 
 def group_sharded_group(optimizer: Any) -> Any:
     """The sharding group of a stage 2/3 optimizer (``group_sharded_parallel``), else None."""
-    if "_optim" in vars(optimizer) and "_group" in vars(optimizer):
+    if "_optim" in _own(optimizer) and "_group" in _own(optimizer):
         return optimizer._group
     return None
 
@@ -65,7 +74,7 @@ def base_optimizer(optimizer: Any) -> Any:
     """The Paddle optimizer at the bottom of fleet's wrappers: the one whose ``_grad_clip`` runs."""
     opt = optimizer
     while True:
-        inner = vars(opt).get("_inner_opt", None) or vars(opt).get("_optim", None)
+        inner = _own(opt).get("_inner_opt", None) or _own(opt).get("_optim", None)
         if inner is None or inner is opt:
             return opt
         opt = inner
@@ -103,14 +112,43 @@ def is_unsliced(param: paddle.Tensor) -> bool:
     return hasattr(param, "unslice")
 
 
+def is_unsynced(param: paddle.Tensor) -> bool:
+    """Whether the data-parallel all-reduce leaves this parameter's gradient rank-local:
+    ``paddle.DataParallel`` (and fleet's data parallel built on it) skips parameters marked
+    ``no_sync`` (MoE experts) and, under model parallel, ``is_distributed`` ones (tensor-parallel
+    shards); ``fused_allreduce_gradients`` skips ``no_sync`` ones too (``distributed/parallel.py``,
+    ``fleet/utils/hybrid_parallel_util.py``, 2.6.2 and 3.3.1). Attribute reads only."""
+    return bool(getattr(param, "no_sync", False)) or bool(getattr(param, "is_distributed", False))
+
+
 def unscale_reduces_found_inf(scaler: Any) -> bool:
     """Whether fleet (or ``dist.shard_scaler``, :func:`.autoparallel.shard_scaled`) replaced
     ``scaler._unscale`` by one that agrees found_inf itself."""
-    method = vars(scaler).get("_unscale")
+    method = _own(scaler).get("_unscale")
     func = getattr(method, "__func__", None)
     if func is None:
         return False
     return getattr(func, "__module__", "").startswith("paddle.distributed.fleet") or shard_scaled(scaler)
+
+
+def unscale_needs_no_collective(scaler: Any) -> bool:
+    """Whether ``scaler``'s gradients can be unscaled without a collective, by Paddle's arithmetic
+    on the gradients the step applies: it has no ``_unscale`` of an instance's own, or
+    ``fleet.distributed_scaler``'s, which differs from Paddle's ``_unscale`` only by its found_inf
+    all-reduce (and reads ``main_grad`` where set, as :mod:`paddle_amp_ext.gradients` does) while
+    sharding's ``comm_overlap`` is off (with it on, it also scales fleet's comm buffers)."""
+    method = _own(scaler).get("_unscale")
+    if method is None:
+        return True
+    func = getattr(method, "__func__", None)
+    if (getattr(func, "__module__", "") != "paddle.distributed.fleet.scaler"
+            or getattr(func, "__qualname__", "") != "distributed_scaler.<locals>.unscale_method"):
+        return False
+    try:
+        strategy = paddle.distributed.fleet.fleet._user_defined_strategy
+        return not strategy.hybrid_configs["sharding_configs"].comm_overlap
+    except (AttributeError, KeyError, TypeError):
+        return False
 
 
 def split_norm_comm(optimizer: Any) -> bool:

@@ -70,7 +70,7 @@ def scaler_scale_tensor(scaler: Any) -> Tensor:
     return scaler._scale
 
 
-def unscale(scaler: Any, optimizer: Any, grads: list[Tensor]) -> Any:
+def unscale(scaler: Any, optimizer: Any, grads: list[Tensor], *, own: bool = False) -> Any:
     """Divide ``grads`` (the gradients the optimizer's step applies) by the scale in place;
     return found_inf.
 
@@ -79,6 +79,9 @@ def unscale(scaler: Any, optimizer: Any, grads: list[Tensor]) -> Any:
     arithmetic, not the CPU kernel's). Where fleet replaced ``_unscale`` on this scaler, that
     runs instead, on the gradients it collects itself. found_inf is a device flag, or the
     Python int fleet's ``MixPrecisionScaler`` stores (it read the flag back to the host itself).
+    ``own=True`` runs this arithmetic also where fleet replaced ``_unscale`` (the caller checked
+    that the replacement differs only by a found_inf all-reduce it does not want:
+    :func:`.fleet.unscale_needs_no_collective`); the flag is then this rank's own.
     The optimizer is marked UNSCALED also when fleet's ``_unscale`` ran
     (``fleet.distributed_scaler``, ``GroupShardedScaler``: theirs leaves the state alone, so
     ``step()`` would unscale again).
@@ -92,7 +95,7 @@ def unscale(scaler: Any, optimizer: Any, grads: list[Tensor]) -> Any:
         raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
     if state["state"] is OptimizerState.STEPPED:
         raise RuntimeError("unscale_() is being called after step().")
-    if "_unscale" in vars(scaler):  # fleet's, bound to this instance
+    if "_unscale" in vars(scaler) and not own:  # fleet's, bound to this instance
         scaler._unscale(optimizer)
     elif grads and autoparallel.is_dist(grads[0]):  # Paddle's _unscale refuses DistTensor gradients
         scaler._found_inf = autoparallel.check_finite_and_unscale_(grads, scaler._scale)

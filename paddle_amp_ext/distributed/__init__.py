@@ -12,8 +12,8 @@ The fleet internals these read live in :mod:`paddle_amp_ext._compat.fleet`.
 from __future__ import annotations
 
 from .flags import agree_found_inf, all_reduce_max, host_bool
-from .layout import Layout, layout_of
+from .layout import Layout, flags_agree, layout_of
 from .norm import norm_covers_every_grad, step_clipped, step_unless_nonfinite
 
-__all__ = ["Layout", "agree_found_inf", "all_reduce_max", "host_bool", "layout_of", "norm_covers_every_grad",
-           "step_clipped", "step_unless_nonfinite"]
+__all__ = ["Layout", "agree_found_inf", "all_reduce_max", "flags_agree", "host_bool", "layout_of",
+           "norm_covers_every_grad", "step_clipped", "step_unless_nonfinite"]

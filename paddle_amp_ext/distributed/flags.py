@@ -22,6 +22,7 @@ import paddle
 
 from .. import _compat
 from .._compat import fleet as _fleet
+from .layout import flags_agree
 
 Flag = Union[paddle.Tensor, bool, int, float]
 
@@ -123,11 +124,14 @@ def all_reduce_max(flag: Flag) -> Flag:
 
 
 def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] = None) -> Flag:
-    """The skip decision every rank shares: ``flag`` OR-ed over the world, before anyone steps.
+    """The skip decision every rank shares: ``flag`` OR-ed over the world where the ranks' flags
+    can differ, before anyone steps.
 
     Every rank must call it at the same point of the step: it is one collective (a MAX
-    all-reduce of one int32) when more than one process runs, none in a single process. The
-    group is the whole world, the group Paddle's own ``HybridParallelGradScaler``,
+    all-reduce of one int32) when more than one process runs and the flags can differ; none in
+    a single process, nor where ``optimizer``'s gradients were reduced before the step (plain
+    data parallel: :func:`~paddle_amp_ext.distributed.layout.flags_agree`), nor for a DistTensor
+    flag (already global). The group is the whole world, the group Paddle's own ``HybridParallelGradScaler``,
     ``fleet.distributed_scaler`` and ``GroupShardedScaler`` reduce found_inf over: it spans every
     group whose collectives ``optimizer.step()`` enters (data parallel, sharding, tensor and
     pipeline parallel), so no rank can skip while another enters a reduce and waits for it.
@@ -135,9 +139,10 @@ def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] 
     Args:
         flag: this rank's flag, True when a gradient is inf/nan: a 1-element bool, int or float device
             tensor, or a Python or numpy number (:func:`checked_flag`; nonzero and NaN are found).
-        optimizer: the optimizer about to step (any of Paddle's or fleet's); kept so a caller
-            states which step the decision is for. Every fleet wrapper steps collectively over
-            the world, so it does not change the group today.
+        optimizer: the optimizer about to step (any of Paddle's or fleet's): where its
+            gradients were already reduced (:func:`~paddle_amp_ext.distributed.layout.flags_agree`)
+            no collective runs. None: always agreed (one all-reduce when distributed). Every
+            fleet wrapper steps collectively over the world, so it does not change the group.
         scaler: a scaler whose found_inf this is; when fleet replaced its ``_unscale`` by one
             that reduces found_inf itself (``fleet.distributed_scaler`` outside plain data
             parallel, ``GroupShardedScaler``), the flag is already agreed and no second
@@ -151,7 +156,8 @@ def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] 
             type, or a tensor of other than one element), before any collective.
     """
     flag = checked_flag(flag)
-    del optimizer  # see Args: the world is the group for every optimizer
     if scaler is not None and _fleet.unscale_reduces_found_inf(scaler):
+        return flag
+    if optimizer is not None and not _compat.is_dist(flag) and flags_agree(optimizer):
         return flag
     return all_reduce_max(flag)

@@ -60,8 +60,8 @@ class Layout:
     def norm_is_global(self) -> bool:
         """Whether a norm (and a found_inf flag) computed from the gradients here, before the step,
         is already the same on every rank: auto-parallel's SPMD rules reduce it. (Under
-        ``paddle.DataParallel`` the gradients are reduced too, but a rank's copy can still go
-        non-finite after the reduction: the flag is agreed there, one all-reduce.)"""
+        ``paddle.DataParallel`` the gradients are reduced too, except those of parameters it
+        leaves alone: see :func:`flags_agree`.)"""
         return self.kind == "auto_parallel"
 
 
@@ -84,3 +84,37 @@ def layout_of(optimizer: Any) -> Layout:
     if _compat.is_dist(first):
         return Layout("auto_parallel", first.process_mesh)
     return Layout("local")
+
+
+def flags_agree(optimizer: Any) -> bool:
+    """Whether every rank's found_inf flag for ``optimizer``'s step is already the same, so that
+    agreeing on it needs no collective (attribute reads only: no collective, no sync).
+
+    True under auto-parallel (Paddle's SPMD rules reduced the flag) and on the ``"local"`` layout
+    when every parameter's gradient was reduced before the step (``paddle.DataParallel``, fleet's
+    plain data parallel, a Trainer's ``fused_allreduce_gradients``: after backward every rank
+    holds the same gradients, so a NaN in one rank's batch is a NaN on every rank): where
+    Paddle's own scaler and torch's do no collective either. False under fleet's sharding,
+    tensor and pipeline parallel and stage 2/3 (a rank holds its own unreduced gradients or its
+    shard before the step), and when a parameter's gradient is left rank-local by the
+    data-parallel all-reduce (``no_sync`` MoE experts, ``is_distributed`` shards): one
+    all-reduce agrees the flag there.
+
+    Args:
+        optimizer: a Paddle optimizer or one of fleet's wrappers; anything without Paddle's
+            parameter list is False (agree, to be safe).
+
+    Returns:
+        Whether no collective is needed to agree on the flag (it does not look at the world
+        size: in one process no collective runs anyway).
+    """
+    layout = layout_of(optimizer)
+    if layout.kind == "auto_parallel":
+        return True
+    if layout.kind != "local":
+        return False
+    try:
+        params = _compat.optimizer_parameters(optimizer)
+    except (AttributeError, TypeError):  # no Paddle parameter list: agree, to be safe
+        return False
+    return not any(_fleet.is_unsynced(p) for p in params)

@@ -59,6 +59,29 @@ def batch(step: int, rank: int, n: int = 8) -> paddle.Tensor:
     return paddle.to_tensor(rng.standard_normal((n, 4)).astype("float32"))
 
 
+COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather")
+
+
+def counting_collectives(fn, *args, **kwargs):
+    """(fn(*args, **kwargs), the paddle.distributed collectives it called: fleet's and the package's)."""
+    calls = [0]
+    originals = {name: getattr(dist, name) for name in COLLECTIVES}
+
+    def counted(original):
+        def call(*a, **k):
+            calls[0] += 1
+            return original(*a, **k)
+        return call
+
+    for name, original in originals.items():
+        setattr(dist, name, counted(original))
+    try:
+        return fn(*args, **kwargs), calls[0]
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+
+
 def params(model: paddle.nn.Layer) -> list:
     return [p.numpy().ravel().tolist() for p in model.parameters()]
 
@@ -82,12 +105,13 @@ def train(model, opt, forward, *, scaler=None, steps=3, nan_at=None, grad_clip=N
     the scaler's (``emulate``: inside fp16_emulation, so loss scaling runs for real on the CPU).
     A NaN loss at step ``nan_at`` (pass it on one rank only); ``optimizer_step`` replaces the
     step/update calls (it must call them itself). Records the pre-step local
-    gradients (unscaled runs), skips, grad norms, the first and the final parameters."""
+    gradients (unscaled runs), skips, grad norms, the collectives each step called
+    (:func:`counting_collectives`), the first and the final parameters."""
     from contextlib import nullcontext
 
     import paddle_amp_ext as amp
 
-    rec: dict = {"skipped": [], "norms": [], "grads": [], "params0": params(model), "hook": []}
+    rec: dict = {"skipped": [], "norms": [], "grads": [], "params0": params(model), "hook": [], "collectives": []}
     if scaler is not None:  # what a hook sees at update(): the agreed skip, the global norm
         scaler.add_hook(lambda event: rec["hook"].append([event.result.skipped, value(event.result.grad_norm)]))
     with amp.fp16_emulation(model, custom_black_list=["matmul"]) if emulate else nullcontext():
@@ -99,12 +123,13 @@ def train(model, opt, forward, *, scaler=None, steps=3, nan_at=None, grad_clip=N
             if not emulate:
                 rec["grads"].append(grads(model))
             if optimizer_step is not None:  # e.g. Paddle's PipelineParallel._optimizer_step
-                optimizer_step()
+                _, n = counting_collectives(optimizer_step)
             elif scaler is None:
-                opt.step()
+                _, n = counting_collectives(opt.step)
             else:
-                scaler.step(opt, parameters, grad_clip=grad_clip)
+                _, n = counting_collectives(scaler.step, opt, parameters, grad_clip=grad_clip)
                 scaler.update()
+            rec["collectives"].append(n)
             if scaler is not None:
                 rec["skipped"].append(scaler.last_result.skipped)
                 rec["norms"].append(value(scaler.last_result.grad_norm))

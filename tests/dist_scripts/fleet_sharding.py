@@ -41,11 +41,43 @@ def run(scaler=None, nan=False, grad_clip=None, optimizer_clip=None, emulate=Fal
                     parameters=list(model[0].parameters()) if subset and scaler is not None else None)
 
 
+def paddle_scaled_clip() -> list:
+    """The collectives of Paddle's own loss-scaled, clipped step: ``paddle.amp.GradScaler`` through
+    ``fleet.distributed_scaler`` (its ``_unscale`` all-reduces found_inf) and ``scaler.step``
+    (``_unscale``, then ``optimizer.step()`` with fleet's clip). Paddle's scaler is off on a CPU:
+    its state is built and it is switched on by hand (test setup); 3 steps, no NaN."""
+    from paddle_amp_ext import _compat
+
+    model = fc.mlp()
+    opt = fleet.distributed_optimizer(paddle.optimizer.SGD(
+        learning_rate=0.1, parameters=model.parameters(), grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)))
+    wrapped = fleet.distributed_model(model)
+    scaler = paddle.amp.GradScaler(init_loss_scaling=1024.0)
+    _compat.init_scaler_state(scaler, 1024.0)
+    scaler._enable = True
+    scaler._incr_ratio, scaler._decr_ratio, scaler._incr_every_n_steps, scaler._decr_every_n_nan_or_inf = 2.0, 0.5, 2000, 1
+    scaler = fleet.distributed_scaler(scaler)
+    counts = []
+    for step in range(3):
+        ((wrapped(fc.batch(step, rank)) * 10).pow(2).mean() * 1024.0).backward()
+        counts.append(fc.counting_collectives(scaler.step, opt)[1])
+        scaler.update()
+        opt.clear_grad()
+    return counts
+
+
 record = {
+    "paddle_scaled_clip": {"collectives": paddle_scaled_clip()},
     "nan_off": run(amp.GradScaler(enable=False), nan=True),
     "nan_on": run(amp.GradScaler(init_loss_scaling=1024.0), nan=True, emulate=True),
     "nan_on_fleet_scaler": run(amp.GradScaler(init_loss_scaling=1024.0), nan=True, emulate=True,
                                distributed_scaler=True),
+    # loss scaling on with a global-norm clip: decided by the reduced norm of the unscaled gradients
+    "nan_on_clip": run(amp.GradScaler(init_loss_scaling=1024.0), nan=True, emulate=True, grad_clip=1.0),
+    "nan_on_fleet_scaler_clip": run(amp.GradScaler(init_loss_scaling=1024.0), nan=True, emulate=True,
+                                    grad_clip=1.0, distributed_scaler=True),
+    "nan_on_own_clip": run(amp.GradScaler(init_loss_scaling=1024.0), nan=True, emulate=True,
+                           optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
     "paddle_clip": run(optimizer_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
     "ours_clip": run(amp.GradScaler(enable=False), grad_clip=1.0),
     "nan_clip_off": run(amp.GradScaler(enable=False), nan=True, grad_clip=1.0),  # decided by the reduced norm

@@ -6,7 +6,10 @@ through ``optimizer._step(parameters)`` as the Trainers call it.
 Part 2, fp32 master gradients (MixPrecisionLayer/MixPrecisionOptimizer, gradients all-reduced by
 fleet's ``fused_allreduce_gradients`` as the Trainers do with ``amp_master_grad``): steps 0-3
 with this package's scaler on (inside fp16_emulation), steps 4-7 with the optimizer guarded.
-A NaN appears on rank 1 after the gradient all-reduce at every odd step.
+A NaN appears on rank 1 before the gradient all-reduce at every odd step (in its loss, or its
+master gradient), so the all-reduce carries it to every rank: every rank skips with no
+collective of the package's (``paddle.distributed.all_reduce`` calls inside the step are
+counted; fleet's gradient all-reduce is outside it).
 argv: OUT_DIR. Writes OUT_DIR/rank{N}.json.
 """
 
@@ -37,6 +40,30 @@ def poison_on_rank_1(step, param):
             _compat.grad_of(param).multiply_(paddle.to_tensor(float("nan")))
 
 
+def poisoned_loss(step, loss):
+    return loss * float("nan") if step % 2 == 1 and rank == 1 else loss
+
+
+calls = {"n": 0}
+_all_reduce = paddle.distributed.all_reduce
+
+
+def counted_all_reduce(*args, **kwargs):
+    calls["n"] += 1
+    return _all_reduce(*args, **kwargs)
+
+
+def counting(fn, *args, **kwargs):
+    """fn(*args, **kwargs) and the paddle.distributed.all_reduce calls it made."""
+    paddle.distributed.all_reduce = counted_all_reduce
+    try:
+        before = calls["n"]
+        result = fn(*args, **kwargs)
+        return result, calls["n"] - before
+    finally:
+        paddle.distributed.all_reduce = _all_reduce
+
+
 fleet.init(is_collective=True)
 rank = paddle.distributed.get_rank()
 rng = np.random.default_rng(rank)
@@ -47,33 +74,35 @@ model = make_model()
 dp = fleet.distributed_model(model)
 opt = fleet.distributed_optimizer(paddle.optimizer.AdamW(learning_rate=0.1, parameters=model.parameters()))
 guard = amp.guard_optimizer(opt)
-skipped = []
+skipped, collectives = [], []
 for step in range(4):
     x = paddle.to_tensor(rng.standard_normal((8, 4)).astype("float32"))
-    dp(x).pow(2).mean().backward()  # the gradients are all-reduced here
-    poison_on_rank_1(step, model[0].weight)
+    poisoned_loss(step, dp(x).pow(2).mean()).backward()  # the gradients are all-reduced here
     if step < 2:
-        opt.step()
+        _, n = counting(opt.step)
     else:
-        opt._step(list(model.parameters()))
+        _, n = counting(opt._step, list(model.parameters()))
     skipped.append(guard.last_step_skipped)
+    collectives.append(n)
     opt.clear_grad()
 out["fleet"] = {"method": guard._name, "skipped": skipped, "skipped_steps": guard.skipped_steps,
-                "params": [p.numpy().ravel().tolist() for p in model.parameters()]}
+                "collectives": collectives, "params": [p.numpy().ravel().tolist() for p in model.parameters()]}
 
 # Part 2: master gradients, the scaler on, then the guard.
 inner = make_model()
 wrapped = mpu.MixPrecisionLayer(inner, dtype="float16")
 opt = mpu.MixPrecisionOptimizer(paddle.optimizer.AdamW(learning_rate=0.1, parameters=inner.parameters()))
 scaler = amp.GradScaler(init_loss_scaling=1024.0)
-skipped, scales = [], []
+skipped, scales, collectives = [], [], []
 with amp.fp16_emulation(wrapped, custom_black_list=["matmul"]):
     for step in range(4):
         x = paddle.to_tensor(rng.standard_normal((8, 4)).astype("float32"))
         scaler.scale(wrapped(x).pow(2).mean()).backward()
-        fused_allreduce_gradients(list(inner.parameters()), None)
         poison_on_rank_1(step, inner[0].weight)
-        skipped.append(scaler.step(opt, grad_clip=1.0).skipped)
+        fused_allreduce_gradients(list(inner.parameters()), None)
+        result, n = counting(scaler.step, opt, grad_clip=1.0)
+        skipped.append(result.skipped)
+        collectives.append(n)
         scaler.update()
         scales.append(scaler.loss_scale)
         opt.clear_grad()
@@ -81,12 +110,13 @@ guard = amp.guard_optimizer(opt)
 for step in range(4, 8):
     x = paddle.to_tensor(rng.standard_normal((8, 4)).astype("float32"))
     wrapped(x).pow(2).mean().backward()
-    fused_allreduce_gradients(list(inner.parameters()), None)
     poison_on_rank_1(step, inner[0].weight)
-    opt.step()
+    fused_allreduce_gradients(list(inner.parameters()), None)
+    collectives.append(counting(opt.step)[1])
     skipped.append(guard.last_step_skipped)
     opt.clear_grad()
 out["master_grad"] = {"skipped": skipped, "scales": scales, "guard_skipped_steps": guard.skipped_steps,
+                      "collectives": collectives,
                       "params": [p.numpy().ravel().tolist() for p in inner.parameters()]}
 with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:
     json.dump(out, f)
