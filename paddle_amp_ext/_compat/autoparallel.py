@@ -123,7 +123,7 @@ def check_finite_and_unscale_(grads: list, scale: paddle.Tensor) -> paddle.Tenso
     gradient is ``Shard`` or ``Partial`` (the one reshard that reads it is one all-reduce of a
     bool, entered by every rank at the same point), ``Replicate`` elsewhere (a replicated
     gradient is the same on every rank). On a GPU, Paddle's kernel, as ``dist.shard_scaler``
-    runs it (one launch per float16/bfloat16 and other group; see the module docstring for its
+    runs it (one launch per float16, bfloat16 and other group; see the module docstring for its
     collectives). No device-to-host read.
 
     Args:
@@ -178,12 +178,15 @@ def from_local(local: paddle.Tensor, mesh: Any, placements: list) -> paddle.Tens
 
 
 def _paddle_kernel(grads: list, scale: paddle.Tensor) -> paddle.Tensor:
-    """Paddle's ``check_finite_and_unscale_`` on DistTensors, one launch per float16/bfloat16
-    and other group, as ``dist.shard_scaler``; the flags OR-ed."""
-    half = [g for g in grads if g.dtype in (paddle.float16, paddle.bfloat16)]
+    """Paddle's ``check_finite_and_unscale_`` on DistTensors, one launch per float16, bfloat16
+    and other group; the flags OR-ed. (``dist.shard_scaler`` launches float16 and bfloat16
+    together, which the kernel refuses when both occur: "The data_type of input tensor in list
+    isn't consistent", 3.3.1.)"""
+    fp16 = [g for g in grads if g.dtype == paddle.float16]
+    bf16 = [g for g in grads if g.dtype == paddle.bfloat16]
     other = [g for g in grads if g.dtype not in (paddle.float16, paddle.bfloat16)]
     found = None
-    for group in (half, other):
+    for group in (fp16, bf16, other):
         if group:
             _, flag = paddle._C_ops.check_finite_and_unscale_(group, scale)
             found = flag if found is None else paddle._C_ops.bitwise_or(found, flag)
