@@ -34,8 +34,18 @@ processes on a CPU, gloo, eager mode):
 - Multiplying a DistTensor's local value in place scales the DistTensor (its storage): exact for
   ``Shard``/``Replicate``; for a ``Partial(SUM)`` one each rank scales its addend, the sum of
   the scaled addends (the addends [1, 2] and [3, 5] times 0.25 gave [1, 1.75] on both versions).
-  With a power-of-two factor (a loss scale of 2**k) that equals scaling the sum, bit for bit;
-  with another factor the two can differ by rounding.
+  That is not what a GPU's step does with one (Paddle's kernel reduces it first, and the clip
+  then scales a replicated gradient: a clipped data-parallel step differed by 8e-8 relative),
+  and a gradient left ``Partial`` is reduced again by the clip and the optimizer (9 collectives
+  a step instead of 4 for the data-parallel MLP of the tests, 3.3.1), so a ``Partial`` gradient
+  is reduced in place first (:func:`reduce_partial_`). Writing a reduced value into a
+  ``Partial`` gradient: on 2.6.2 ``paddle.assign(x, output=grad)`` (the gradient becomes
+  ``Replicate``, also as the parameter's ``_grad_ivar()`` sees it); on 3.3.1 ``paddle.assign``
+  writes the reduced value into each rank's addend and keeps ``Partial`` (a sum of 2x), and
+  ``_share_underline_tensor_to``/``_set_impl`` change only the Python wrapper, not the
+  parameter's gradient; an in-place ``_C_ops.scale_(grad, 1.0, -0.0, True)`` (the identity,
+  bit for bit, -0.0 and NaN included, float16/bfloat16/float32/float64) reduces it by its SPMD
+  rule (one all-reduce) and leaves the parameter's gradient ``Replicate``.
 - A DistTensor built from each rank's own dense value, with no collective: 3.3.1's
   ``paddle.distributed.auto_parallel.api.dtensor_from_local(local, mesh, placements)``; 2.6.2
   has none, and its own ``load_state_dict`` code builds one as ``paddle.Tensor(zeros,
@@ -114,17 +124,19 @@ def check_finite_and_unscale_(grads: list, scale: paddle.Tensor) -> paddle.Tenso
     """Divide DistTensor gradients by ``scale`` in place; return found_inf, a flag every rank of
     the mesh reads the same (once :func:`replicated`).
 
-    On a CPU, the arithmetic of Paddle's CUDA kernel (:func:`.cuda_unscale.unscale_as_cuda`) on
-    each gradient's local value (in place: it shares the DistTensor's storage), with no
-    collective: every finite value divided by the scale, inf/nan kept where they were (Paddle's
-    CPU kernel zeroes from the first non-finite tensor on). Placements are kept: a ``Partial``
-    gradient stays ``Partial`` (each rank divides its addend). found_inf is built from this
-    rank's local flag: ``Partial(MAX)`` over each mesh dimension of more than one rank where a
-    gradient is ``Shard`` or ``Partial`` (the one reshard that reads it is one all-reduce of a
-    bool, entered by every rank at the same point), ``Replicate`` elsewhere (a replicated
-    gradient is the same on every rank). On a GPU, Paddle's kernel, as ``dist.shard_scaler``
-    runs it (one launch per float16, bfloat16 and other group; see the module docstring for its
-    collectives). No device-to-host read.
+    On a CPU, as Paddle's kernel on a GPU: a ``Partial`` gradient is reduced first, in place
+    (:func:`reduce_partial_`: one all-reduce each, as Paddle's kernel makes; it is ``Replicate``
+    afterwards, as there), then the arithmetic of Paddle's CUDA kernel
+    (:func:`.cuda_unscale.unscale_as_cuda`) runs on each gradient's local value (in place: it
+    shares the DistTensor's storage), with no collective: every finite value divided by the
+    scale, inf/nan kept where they were (Paddle's CPU kernel zeroes from the first non-finite
+    tensor on). A ``Shard`` gradient stays a shard. found_inf is built from this rank's local
+    flag: ``Partial(MAX)`` over each mesh dimension of more than one rank where a gradient is
+    ``Shard`` (the one reshard that reads it, :func:`replicated`, is one all-reduce of a bool,
+    entered by every rank at the same point), ``Replicate`` elsewhere (a replicated gradient is
+    the same on every rank): the collectives of Paddle's kernel on 3.3.1. On a GPU, Paddle's
+    kernel, as ``dist.shard_scaler`` runs it (one launch per float16, bfloat16 and other group;
+    see the module docstring for its collectives). No device-to-host read.
 
     Args:
         grads: DistTensor gradients of one ``ProcessMesh`` (dense ones pass through as themselves).
@@ -148,10 +160,26 @@ def check_finite_and_unscale_(grads: list, scale: paddle.Tensor) -> paddle.Tenso
             raise ValueError(f"DistTensor gradients on more than one ProcessMesh: {mesh} and {grad.process_mesh}. "
                              "The package unscales the gradients of one mesh on a CPU; wrap the scaler with "
                              "dist.shard_scaler (Paddle 3.x), which unscales them mesh by mesh.")
+    for grad in dist_grads:
+        reduce_partial_(grad)
     found = unscale_as_cuda([local_value(g) for g in grads], scale)
     if mesh is None:
         return found
     return from_local(found, mesh, _flag_placements(dist_grads, mesh))
+
+
+@paddle.no_grad()
+def reduce_partial_(grad: paddle.Tensor) -> None:
+    """Do a DistTensor gradient's pending ``Partial`` reductions in place (one all-reduce, every
+    rank of the mesh enters it): afterwards it is ``Replicate`` there, also as its parameter's
+    ``_grad_ivar()`` reads it, as Paddle's ``check_finite_and_unscale_`` kernel leaves it.
+    Anything else is left alone."""
+    if not is_dist(grad) or not is_partial(grad):
+        return
+    if _INPLACE_PARTIAL_IS_WRONG:  # 2.6: assign writes the value and its placements
+        paddle.assign(replicated(grad), output=grad)
+    else:  # 3.x: the identity, whose SPMD rule reduces its input first
+        paddle._C_ops.scale_(grad, 1.0, -0.0, True)
 
 
 def _flag_placements(grads: list, mesh: Any) -> list:
