@@ -230,6 +230,53 @@ def test_the_gpu_path_launches_paddles_kernel_once_per_dtype_group(monkeypatch, 
     assert launches == [[paddle.float16, paddle.float16], [paddle.bfloat16], [paddle.float32]]
 
 
+def partial_grads():
+    """A data-parallel backward on the 1-rank mesh (Shard(0) data): Partial gradients (3.x)."""
+    paddle.seed(0)
+    model = dist.shard_layer(paddle.nn.Linear(4, 2), MESH)
+    x = np.random.default_rng(1).standard_normal((4, 4)).astype("float32") * 100
+    model(dist.shard_tensor(paddle.to_tensor(x), MESH, [dist.Shard(0)])).pow(2).mean().backward()
+    return model.parameters()
+
+
+@pytest.mark.skipif(not HAS_SHARD_SCALER, reason="Paddle 2.6.2 cannot reduce a Partial DistTensor in one process")
+def test_a_partial_gradient_is_reduced_in_place_then_unscaled_as_paddles_kernel_leaves_it(no_raw_collective):
+    """As the kernel on a GPU: reduced first (the parameter's own gradient, the one the optimizer
+    reads, becomes Replicate), then x * (1/3) in float32; -0.0 and NaN come through unchanged."""
+    weight, bias = partial_grads()
+    local_weight = ap.local_value(weight._grad_ivar())
+    scaled = local(local_weight)
+    scaled[0, :2] = [-0.0, float("nan")]
+    paddle.assign(paddle.to_tensor(scaled), output=local_weight)
+    grads = [weight._grad_ivar(), bias._grad_ivar()]
+    assert all(p.is_partial() for g in grads for p in g.placements)
+    before = [local(g).copy() for g in grads]
+    found = ap.check_finite_and_unscale_(grads, paddle.to_tensor([3.0]))
+    assert host_bool(found) is True
+    for param, raw in zip((weight, bias), before):
+        fresh = param._grad_ivar()
+        assert [p.is_replicated() for p in fresh.placements] == [True]
+        np.testing.assert_array_equal(local(fresh), cuda_unscaled(raw, 3.0))
+    result = local(weight._grad_ivar())
+    assert np.signbit(result[0, 0]) and np.isnan(result[0, 1])
+
+
+@pytest.mark.skipif(not HAS_SHARD_SCALER, reason="Paddle 2.6.2 cannot reduce a Partial DistTensor in one process")
+def test_reduce_partial_makes_the_parameters_own_gradient_replicate_and_leaves_others_alone():
+    weight, _ = partial_grads()
+    grad = weight._grad_ivar()
+    value = local(grad).copy()
+    ap.reduce_partial_(grad)
+    fresh = weight._grad_ivar()
+    assert [p.is_replicated() for p in fresh.placements] == [True]
+    np.testing.assert_array_equal(local(fresh), value)
+    ap.reduce_partial_(fresh)  # nothing pending: left alone
+    np.testing.assert_array_equal(local(fresh), value)
+    dense = paddle.ones([2])
+    ap.reduce_partial_(dense)
+    np.testing.assert_array_equal(dense.numpy(), [1.0, 1.0])
+
+
 def test_unscale_of_no_gradients_is_a_dense_false_flag(no_raw_collective):
     found = ap.check_finite_and_unscale_([], paddle.to_tensor([1024.0]))
     assert ap.is_dist(found) is False and found.dtype == paddle.bool and host_bool(found) is False
