@@ -55,8 +55,9 @@ def test_nan_on_one_rank_both_skip_and_weights_equal_paddles_clip(ranks, layout,
 @pytest.mark.parametrize("variant", EMULATED)
 def test_loss_scaling_on_unscales_disttensor_gradients_and_every_rank_skips(ranks, layout, variant):
     """Inside fp16_emulation (loss scaling runs on the CPU): the package unscales DistTensor
-    gradients itself (Paddle's own ``_unscale`` refuses them), or ``dist.shard_scaler`` does; the
-    NaN step is skipped by both ranks and the scale halves on both."""
+    gradients itself (Paddle's own ``_unscale`` refuses them) as the CUDA kernel does, also on the
+    NaN step, or ``dist.shard_scaler`` does; the NaN step is skipped by both ranks and the scale
+    halves on both."""
     if not V3:
         pytest.skip("Paddle 2.6.2: loss scaling on DistTensors in 2 processes aborted in gloo in about one launch "
                     "in four (op.preamble.length <= op.nbytes); its unscale is tested in one process "
@@ -67,14 +68,48 @@ def test_loss_scaling_on_unscales_disttensor_gradients_and_every_rank_skips(rank
     for rec in (rank0, rank1):
         assert rec["skipped"] == [False, True, False]
         assert rec["scales"] == [1024.0, 512.0, 512.0]
-        # the gradients divided by the scale exactly (the NaN step: the CPU kernel zeroes from the first inf/nan on)
-        assert rec["unscaled_exactly"][0] is True and rec["unscaled_exactly"][2] is True
+        # the NaN step has finite and non-finite scaled gradients, so the check below can fail there
+        assert rec["finite"][1] > 0 and rec["nonfinite"][1] > 0 and rec["nonfinite"][0] == rec["nonfinite"][2] == 0
+        if variant == "emulate":  # every finite value divided exactly by the scale, inf/NaN kept, at every step:
+            assert rec["unscaled_exactly"] == [True, True, True]  # what the GPU leaves (the CPU kernel zeroed)
+        else:  # dist.shard_scaler's own _unscale runs Paddle's kernel for the place: on a CPU, the CPU one
+            assert rec["unscaled_exactly"][0] is True and rec["unscaled_exactly"][2] is True
         assert rec["norms"][1] is None and rec["norms"][0] > 0.05  # skipped before the clip
     assert rank0["params"] == rank1["params"] and rank0["norms"] == rank1["norms"]
     if variant == "emulate_shard_scaler":  # dist.shard_scaler's unscale == the package's
         assert rank0["rel"] == 0.0
     else:  # float16-rounded activations against Paddle's float32 path
         assert rank0["rel"] < 1e-6
+
+
+@pytest.mark.slow
+def test_unscale_on_two_ranks_divides_every_gradient_and_every_rank_reads_the_same_flag(tmp_path):
+    """The package's DistTensor unscale on its own (no training: runs on 2.6.2 too): a Shard gradient
+    stays a shard, a Partial one is reduced first (Replicate, as Paddle's kernel leaves it), every
+    value divided as the CUDA kernel divides it (inf/NaN kept, nothing zeroed), and an inf only in
+    rank 1's shard or a NaN only in rank 1's addend is found by both ranks (a Partial(MAX) flag,
+    one reshard)."""
+    launch(SCRIPT.parent / "autoparallel_unscale.py", str(tmp_path), log_dir=tmp_path / "log", timeout=120)
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    inf, nan = float("inf"), float("nan")
+    partial = {"all_finite": [1.0, 1.75], "shard_inf_rank1": [1.0, 1.75], "partial_nan": [nan, 1.75]}
+    rank1_shard = {"all_finite": [3.0, 2.0], "shard_inf_rank1": [inf, 2.0], "partial_nan": [3.0, 2.0]}
+    for name, found in (("all_finite", False), ("shard_inf_rank1", True), ("partial_nan", True)):
+        for rank, rec in ((0, rank0[name]), (1, rank1[name])):
+            assert rec["found"] is found, (name, rank)
+            assert rec["flag_placements"] == ["partial"]  # Partial(MAX): one all-reduce when read
+            assert rec["placements"] == [["shard"], ["replicate"], ["replicate"]]
+            shard, replicated, reduced = (np.array(g) for g in rec["grads"])
+            np.testing.assert_array_equal(shard, [0.25, 0.5] if rank == 0 else rank1_shard[name])
+            np.testing.assert_array_equal(replicated, [1.0, 2.0])
+            np.testing.assert_array_equal(reduced, partial[name])
+    third = np.float32(1) / np.float32(3)  # the CUDA kernel's reciprocal, in float32
+    for rank, rec in ((0, rank0["scale3"]), (1, rank1["scale3"])):
+        assert rec["found"] is False
+        shard = [1.0, 2.0] if rank == 0 else [12.0, 8.0]
+        expected = [np.float32(shard) * third, np.float32([4.0, 8.0]) * third, np.float32([4.0, 7.0]) * third]
+        for got, want in zip(rec["grads"], expected):
+            np.testing.assert_array_equal(np.float32(got), want)
 
 
 @pytest.mark.slow

@@ -10,6 +10,8 @@ code):
   (GPU-only, XPU-only, fused), for validating custom op lists.
 - :mod:`.scaler`: ``paddle.amp.GradScaler`` internals (``_unscale``, the per-optimizer states,
   the flags Paddle programs read after ``step()``).
+- :mod:`.cuda_unscale`: ``check_finite_and_unscale`` with the CUDA kernel's arithmetic on any
+  place (for :mod:`.scaler`'s dense gradients and :mod:`.autoparallel`'s local values).
 - :mod:`.optimizer`: optimizer parameters, gradient tensors (which optimizer reads
   ``main_grad``), the method that applies an update, fused norm kernels, hapi's scaler.
 - :mod:`.fleet`: fleet's optimizer wrappers, its clips (how it reduces the global norm),

@@ -22,9 +22,36 @@ processes on a CPU, gloo, eager mode):
   but ``paddle.assign(x, output=dist_tensor)`` leaves the DistTensor unchanged; ``copy_`` writes.
 - ``_C_ops.check_finite_and_unscale_(grads, scale)`` on DistTensor gradients (the kernel
   ``dist.shard_scaler`` calls, with a dense scale): divides them in place and returns found_inf
-  as a DistTensor, ``Partial(MAX)`` on 3.3.1 where a gradient is sharded (reduced by the reshard
-  that reads it), ``Replicate`` and already the same on every rank on 2.6.2. Paddle's own
-  ``GradScaler._unscale`` (``_legacy_C_ops.check_finite_and_unscale``) refuses DistTensors.
+  as a DistTensor. On 3.3.1 a ``Shard`` gradient stays a shard (no collective) and the flag is
+  ``Partial(MAX)`` (reduced by the reshard that reads it); a ``Partial`` gradient is all-reduced
+  first (one collective each) and left ``Replicate``. On 2.6.2 every ``Shard`` gradient is
+  all-gathered and every ``Partial`` one all-reduced first (one collective each), the flag is
+  ``Replicate`` and the same on every rank (an inf only in rank 1's shard: True on rank 0 too),
+  and a ``Shard`` gradient comes back labelled ``Replicate`` while its local value is still the
+  shard. On a CPU that kernel is the CPU one (zeroes from the first non-finite tensor on), so
+  :func:`check_finite_and_unscale_` runs it on a GPU only. Paddle's own ``GradScaler._unscale``
+  (``_legacy_C_ops.check_finite_and_unscale``) refuses DistTensors.
+- Multiplying a DistTensor's local value in place scales the DistTensor (its storage): exact for
+  ``Shard``/``Replicate``; for a ``Partial(SUM)`` one each rank scales its addend, the sum of
+  the scaled addends (the addends [1, 2] and [3, 5] times 0.25 gave [1, 1.75] on both versions).
+  That is not what a GPU's step does with one (Paddle's kernel reduces it first, and the clip
+  then scales a replicated gradient: a clipped data-parallel step differed by 8e-8 relative),
+  and a gradient left ``Partial`` is reduced again by the clip and the optimizer (9 collectives
+  a step instead of 4 for the data-parallel MLP of the tests, 3.3.1), so a ``Partial`` gradient
+  is reduced in place first (:func:`reduce_partial_`). Writing a reduced value into a
+  ``Partial`` gradient: on 2.6.2 ``paddle.assign(x, output=grad)`` (the gradient becomes
+  ``Replicate``, also as the parameter's ``_grad_ivar()`` sees it); on 3.3.1 ``paddle.assign``
+  writes the reduced value into each rank's addend and keeps ``Partial`` (a sum of 2x), and
+  ``_share_underline_tensor_to``/``_set_impl`` change only the Python wrapper, not the
+  parameter's gradient; an in-place ``_C_ops.scale_(grad, 1.0, -0.0, True)`` (the identity,
+  bit for bit, -0.0 and NaN included, float16/bfloat16/float32/float64) reduces it by its SPMD
+  rule (one all-reduce) and leaves the parameter's gradient ``Replicate``.
+- A DistTensor built from each rank's own dense value, with no collective: 3.3.1's
+  ``paddle.distributed.auto_parallel.api.dtensor_from_local(local, mesh, placements)``; 2.6.2
+  has none, and its own ``load_state_dict`` code builds one as ``paddle.Tensor(zeros,
+  process_mesh=, placements=)`` and assigns the local value into ``_local_value()``. A bool
+  ``Partial(MAX)`` flag built so (False on rank 0, True on rank 1) read True on both ranks
+  after ``dist.reshard`` to ``Replicate`` (one all-reduce), on both versions.
 - ``dist.shard_scaler`` (3.x only) replaces the scaler's ``_unscale`` by a bound function of
   ``paddle.distributed.auto_parallel.api`` whose found_inf is reduced over the meshes (Paddle's
   reshards): a found_inf it stores is already agreed.
@@ -36,6 +63,7 @@ from typing import Any
 
 import paddle
 
+from .cuda_unscale import unscale_as_cuda
 from .tracer import PADDLE_VERSION
 
 _INPLACE_PARTIAL_IS_WRONG = PADDLE_VERSION < (3,)
@@ -93,14 +121,101 @@ def shard_scaled(scaler: Any) -> bool:
 
 
 def check_finite_and_unscale_(grads: list, scale: paddle.Tensor) -> paddle.Tensor:
-    """Divide DistTensor gradients by ``scale`` in place; return found_inf (a DistTensor, global
-    once :func:`replicated`). One kernel per float16/bfloat16 and other group, as ``dist.shard_scaler``."""
-    half = [g for g in grads if g.dtype in (paddle.float16, paddle.bfloat16)]
-    other = [g for g in grads if g.dtype not in (paddle.float16, paddle.bfloat16)]
+    """Divide DistTensor gradients by ``scale`` in place; return found_inf, a flag every rank of
+    the mesh reads the same (once :func:`replicated`).
+
+    On a CPU, as Paddle's kernel on a GPU: a ``Partial`` gradient is reduced first, in place
+    (:func:`reduce_partial_`: one all-reduce each, as Paddle's kernel makes; it is ``Replicate``
+    afterwards, as there), then the arithmetic of Paddle's CUDA kernel
+    (:func:`.cuda_unscale.unscale_as_cuda`) runs on each gradient's local value (in place: it
+    shares the DistTensor's storage), with no collective: every finite value divided by the
+    scale, inf/nan kept where they were (Paddle's CPU kernel zeroes from the first non-finite
+    tensor on). A ``Shard`` gradient stays a shard. found_inf is built from this rank's local
+    flag: ``Partial(MAX)`` over each mesh dimension of more than one rank where a gradient is
+    ``Shard`` (the one reshard that reads it, :func:`replicated`, is one all-reduce of a bool,
+    entered by every rank at the same point), ``Replicate`` elsewhere (a replicated gradient is
+    the same on every rank): the collectives of Paddle's kernel on 3.3.1. On a GPU, Paddle's
+    kernel, as ``dist.shard_scaler`` runs it (one launch per float16, bfloat16 and other group;
+    see the module docstring for its collectives). No device-to-host read.
+
+    Args:
+        grads: DistTensor gradients of one ``ProcessMesh`` (dense ones pass through as themselves).
+        scale: the loss scale, a 1-element dense tensor or a DistTensor (its local value is used).
+
+    Returns:
+        A ``[1]`` bool DistTensor; a dense False flag for no gradients.
+
+    Raises:
+        ValueError: on a CPU, gradients on more than one ``ProcessMesh``.
+    """
     scale = local_value(scale)
+    if not grads:
+        return paddle.to_tensor([False])
+    if not local_value(grads[0]).place.is_cpu_place():
+        return _paddle_kernel(grads, scale)
+    dist_grads = [g for g in grads if is_dist(g)]
+    mesh = dist_grads[0].process_mesh if dist_grads else None
+    for grad in dist_grads:
+        if grad.process_mesh != mesh:
+            raise ValueError(f"DistTensor gradients on more than one ProcessMesh: {mesh} and {grad.process_mesh}. "
+                             "The package unscales the gradients of one mesh on a CPU; wrap the scaler with "
+                             "dist.shard_scaler (Paddle 3.x), which unscales them mesh by mesh.")
+    for grad in dist_grads:
+        reduce_partial_(grad)
+    found = unscale_as_cuda([local_value(g) for g in grads], scale)
+    if mesh is None:
+        return found
+    return from_local(found, mesh, _flag_placements(dist_grads, mesh))
+
+
+@paddle.no_grad()
+def reduce_partial_(grad: paddle.Tensor) -> None:
+    """Do a DistTensor gradient's pending ``Partial`` reductions in place (one all-reduce, every
+    rank of the mesh enters it): afterwards it is ``Replicate`` there, also as its parameter's
+    ``_grad_ivar()`` reads it, as Paddle's ``check_finite_and_unscale_`` kernel leaves it.
+    Anything else is left alone."""
+    if not is_dist(grad) or not is_partial(grad):
+        return
+    if _INPLACE_PARTIAL_IS_WRONG:  # 2.6: assign writes the value and its placements
+        paddle.assign(replicated(grad), output=grad)
+    else:  # 3.x: the identity, whose SPMD rule reduces its input first
+        paddle._C_ops.scale_(grad, 1.0, -0.0, True)
+
+
+def _flag_placements(grads: list, mesh: Any) -> list:
+    """Per mesh dimension: ``Partial(MAX)`` where a gradient's local value differs across its
+    ranks (``Shard``/``Partial`` over more than one rank), ``Replicate`` elsewhere."""
+    placements = []
+    for dim, size in enumerate(mesh.shape):
+        differs = size > 1 and any(not g.placements[dim].is_replicated() for g in grads)
+        placements.append(paddle.distributed.Partial(paddle.distributed.ReduceType.kRedMax) if differs
+                          else paddle.distributed.Replicate())
+    return placements
+
+
+def from_local(local: paddle.Tensor, mesh: Any, placements: list) -> paddle.Tensor:
+    """A DistTensor whose local value on this rank is (a copy of, on 2.6.2) the dense ``local``:
+    no collective, every rank of ``mesh`` builds its own. ``Partial(MAX)`` placements make the
+    global value the maximum of the ranks' locals (reduced when read, by Paddle's reshard)."""
+    make = getattr(paddle.distributed.auto_parallel.api, "dtensor_from_local", None)
+    if make is not None:  # 3.x
+        return make(local, mesh, placements)
+    out = paddle.Tensor(paddle.zeros_like(local), process_mesh=mesh, placements=placements)  # 2.6.2
+    paddle.assign(local, output=out._local_value())
+    return out
+
+
+def _paddle_kernel(grads: list, scale: paddle.Tensor) -> paddle.Tensor:
+    """Paddle's ``check_finite_and_unscale_`` on DistTensors, one launch per float16, bfloat16
+    and other group; the flags OR-ed. (``dist.shard_scaler`` launches float16 and bfloat16
+    together, which the kernel refuses when both occur: "The data_type of input tensor in list
+    isn't consistent", 3.3.1.)"""
+    fp16 = [g for g in grads if g.dtype == paddle.float16]
+    bf16 = [g for g in grads if g.dtype == paddle.bfloat16]
+    other = [g for g in grads if g.dtype not in (paddle.float16, paddle.bfloat16)]
     found = None
-    for group in (half, other):
+    for group in (fp16, bf16, other):
         if group:
             _, flag = paddle._C_ops.check_finite_and_unscale_(group, scale)
             found = flag if found is None else paddle._C_ops.bitwise_or(found, flag)
-    return found if found is not None else paddle.to_tensor([False])
+    return found

@@ -9,9 +9,10 @@ builds them for both versions. :func:`unscale` runs ``_unscale``'s own kernel,
 ``_C_ops.bitwise_or``), on the gradients the caller names (the ones the step applies:
 :mod:`paddle_amp_ext.gradients`; Paddle's ``_unscale`` reads every ``_grad_ivar()``, frozen
 parameters' too, and never a ``main_grad``) on a GPU, and on a CPU the CUDA kernel's arithmetic
-(:func:`unscale_as_cuda`: Paddle's CPU kernel zeroes every tensor from the first non-finite one
-on); DistTensor gradients (auto-parallel), which Paddle's ``_unscale`` refuses, by
-:func:`.autoparallel.check_finite_and_unscale_` (Paddle's kernel for the place). Fleet replaces ``_unscale`` on
+(:func:`.cuda_unscale.unscale_as_cuda`: Paddle's CPU kernel zeroes every tensor from the first
+non-finite one on); DistTensor gradients (auto-parallel), which Paddle's ``_unscale`` refuses, by
+:func:`.autoparallel.check_finite_and_unscale_` (on a CPU the same CUDA arithmetic on their local
+values, on a GPU Paddle's kernel, as ``dist.shard_scaler``). Fleet replaces ``_unscale`` on
 the scaler instance (``fleet.distributed_scaler``, ``GroupShardedScaler``, and
 ``mix_precision_utils.MixPrecisionScaler``, which stores found_inf as a Python int and keeps no
 optimizer state); that replacement then runs instead. After ``step()``/``minimize()`` Paddle sets a cached found_inf
@@ -29,6 +30,7 @@ from paddle import _C_ops, _legacy_C_ops
 from paddle.amp.grad_scaler import OptimizerState, _refresh_optimizer_state
 
 from . import autoparallel
+from .cuda_unscale import unscale_as_cuda
 
 if TYPE_CHECKING:
     from paddle import Tensor
@@ -105,36 +107,6 @@ def unscale(scaler: Any, optimizer: Any, grads: list[Tensor], *, own: bool = Fal
         scaler._found_inf = _check_finite_and_unscale(scaler, grads)
     state["state"] = OptimizerState.UNSCALED
     return scaler._found_inf
-
-
-@paddle.no_grad()
-def unscale_as_cuda(grads: Iterable[Tensor], scale: Tensor) -> Tensor:
-    """``check_finite_and_unscale`` as Paddle's CUDA kernel computes it, in place; found_inf.
-
-    The CUDA kernel (``paddle/phi/kernels/gpu/amp_kernel.cu``, read, not run: no GPU here)
-    multiplies every element of every tensor by ``1 / scale`` (the reciprocal in float32, the
-    product in float32 for float16/bfloat16/float32 gradients and rounded to the gradient's
-    dtype, in float64 for float64 ones) and sets found_inf where a result is not finite. The CPU
-    kernel (``paddle/phi/kernels/cpu/amp_kernel.cc``) instead multiplies by 0 the first tensor
-    holding inf/nan and every tensor after it; that is never what a GPU step leaves behind.
-
-    Costs a few kernels per gradient (multiply, finite test) and no device-to-host read.
-    """
-    inverse = paddle.reciprocal(scale.astype("float32")).reshape([1])
-    by_dtype: dict = {}
-    found = paddle.to_tensor([False])
-    for grad in grads:
-        dtype = grad.dtype
-        if dtype in (paddle.float32, paddle.float64):
-            factor = by_dtype.get(dtype)
-            if factor is None:
-                factor = by_dtype[dtype] = (inverse if dtype == paddle.float32
-                                            else paddle.reciprocal(scale.astype("float64")).reshape([1]))
-            _C_ops.multiply_(grad, factor)
-        else:  # float16 / bfloat16: the product in float32, rounded to the gradient's dtype
-            paddle.assign((grad.astype("float32") * inverse).astype(dtype), output=grad)
-        found = paddle.logical_or(found, paddle.logical_not(paddle.isfinite(grad).all()).reshape([1]))
-    return found
 
 
 def _check_finite_and_unscale(scaler: Any, grads: Iterable[Tensor]) -> Tensor:

@@ -144,15 +144,19 @@ def run_emulated(layout: str, variant: str) -> dict:
     scaler = amp.GradScaler(init_loss_scaling=1024.0)
     if variant == "emulate_shard_scaler":
         scaler = dist.shard_scaler(scaler)
-    rec: dict = {"skipped": [], "norms": [], "scales": [], "unscaled_exactly": []}
+    rec: dict = {"skipped": [], "norms": [], "scales": [], "unscaled_exactly": [], "finite": [], "nonfinite": []}
     with amp.fp16_emulation(model, custom_black_list=["matmul"]):
         for step in range(3):
             scaler.scale(loss_of(model, step, layout, nan=True)).backward()
             before = [np.asarray(p._grad_ivar().numpy()) for p in model.parameters()]  # global values, every rank
             scaler.unscale_(opt)
             after = [np.asarray(p._grad_ivar().numpy()) for p in model.parameters()]
+            # every finite value divided exactly by the scale, inf kept (inf / scale), NaN where NaN was
             rec["unscaled_exactly"].append(all(np.array_equal(a, b / np.float32(scaler.loss_scale), equal_nan=True)
                                                for a, b in zip(after, before)))
+            # the scaled gradients' finite nonzero and non-finite values: what the check above covered
+            rec["finite"].append(int(sum(np.count_nonzero(np.isfinite(b) & (b != 0)) for b in before)))
+            rec["nonfinite"].append(int(sum(np.count_nonzero(~np.isfinite(b)) for b in before)))
             result = scaler.step(opt, grad_clip=CLIP)
             scaler.update()
             opt.clear_grad()

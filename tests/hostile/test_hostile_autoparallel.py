@@ -21,6 +21,7 @@ import paddle_amp_ext as amp
 from paddle_amp_ext import _compat
 from paddle_amp_ext._compat import autoparallel as ap
 from paddle_amp_ext._compat import fleet as compat_fleet
+from paddle_amp_ext._compat import scaler as compat_scaler
 from paddle_amp_ext.distributed import (
     Layout,
     agree_found_inf,
@@ -148,6 +149,178 @@ def test_check_finite_and_unscale_divides_exactly_and_flags_inf():
     bad = [dist.shard_tensor(paddle.to_tensor([1.0, float("inf")]), MESH, [dist.Replicate()])]
     assert host_bool(ap.check_finite_and_unscale_(bad, paddle.to_tensor([2.0]))) is True
     assert host_bool(ap.check_finite_and_unscale_([], paddle.to_tensor([2.0]))) is False
+
+
+def dist_grad(values, dtype="float32", placement=None):
+    """A DistTensor gradient on the 1-rank mesh (2.6.2 cannot split a float16 tensor: those are Replicate)."""
+    tensor = paddle.to_tensor(np.asarray(values, dtype="float64" if dtype == "float64" else "float32")).astype(dtype)
+    return dist.shard_tensor(tensor, MESH, [placement or dist.Replicate()])
+
+
+def local(grad, dtype="float32") -> np.ndarray:
+    """A gradient's value as numpy, read from its local value (on the 1-rank mesh, the global one;
+    2.6.2 cannot read a Shard DistTensor's global value in one process: no endpoints)."""
+    return ap.local_value(grad).astype(dtype).numpy()
+
+
+def cuda_unscaled(values, scale: float, dtype: str = "float32") -> np.ndarray:
+    """The CUDA kernel's rule, in numpy: x * (1 / scale), the reciprocal and product in float32,
+    rounded to the gradient's dtype (bfloat16 by Paddle's cast, round-to-nearest-even as CUDA's)."""
+    product = np.asarray(values, dtype="float32") * (np.float32(1) / np.float32(scale))
+    return paddle.to_tensor(product).astype(dtype).astype("float32").numpy()
+
+
+@pytest.mark.parametrize("nonfinite", [float("inf"), -float("inf"), float("nan")])
+def test_unscale_after_a_nonfinite_first_gradient_divides_the_others_as_cuda(no_raw_collective, nonfinite):
+    """Paddle's CPU kernel zeroed every gradient from the first non-finite one on (and made the inf
+    a NaN); a GPU divides them all. Shard, Replicate and a second non-finite gradient later on."""
+    grads = [dist_grad([[nonfinite, 2048.0], [6.0, 1.0]], placement=dist.Shard(0)),
+             dist_grad([1024.0, -3.0, 5e-3]),
+             dist_grad([[7.0, 0.5]], placement=dist.Shard(1)),
+             dist_grad([float("nan"), 4096.0])]
+    before = [local(g).copy() for g in grads]
+    found = ap.check_finite_and_unscale_(grads, paddle.to_tensor([1024.0]))
+    assert ap.is_dist(found) and found.dtype == paddle.bool and found.shape == [1]
+    assert [p.is_replicated() for p in found.placements] == [True]  # a 1-rank mesh: no reduction pending
+    assert host_bool(found) is True
+    for grad, raw in zip(grads, before):
+        np.testing.assert_array_equal(local(grad), raw / np.float32(1024.0))  # NaN where NaN, inf where inf
+    assert [p.is_shard() for p in grads[0].placements] == [True]  # placements kept
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_unscale_of_each_dtype_rounds_as_cuda_with_a_non_power_of_two_scale(no_raw_collective, dtype):
+    values = [[3.0, 1000.0, -7.0], [65504.0, 0.1, 2.0 ** -14]]
+    placement = dist.Shard(0) if dtype in ("float32", "float64") else dist.Replicate()
+    grads = [dist_grad([float("inf"), 1.0], dtype), dist_grad(values, dtype, placement)]
+    scaled = [local(g).copy() for g in grads]
+    found = ap.check_finite_and_unscale_(grads, paddle.to_tensor([3.0]))
+    assert host_bool(found) is True
+    assert grads[1].dtype == getattr(paddle, dtype)
+    if dtype == "float64":  # the product in float64 with the float64 reciprocal
+        np.testing.assert_array_equal(local(grads[1], "float64"), np.asarray(values, "float64") * (1 / np.float64(3.0)))
+    else:
+        np.testing.assert_array_equal(local(grads[1]), cuda_unscaled(scaled[1], 3.0, dtype))
+    if dtype == "float32":  # x * (1/3) is not x / 3 everywhere: the CUDA kernel's reciprocal shows
+        assert not np.array_equal(local(grads[1]), scaled[1] / np.float32(3.0))
+    np.testing.assert_array_equal(local(grads[0]), [float("inf"), cuda_unscaled([1.0], 3.0, dtype)[0]])
+
+
+def test_unscale_of_finite_mixed_dtypes_keeps_found_false(no_raw_collective):
+    grads = [dist_grad([2.0, -4.0], "float16"), dist_grad([6.0], "bfloat16"),
+             dist_grad([[8.0, 1.0]], placement=dist.Shard(1))]
+    found = ap.check_finite_and_unscale_(grads, paddle.to_tensor([2.0]))
+    assert ap.is_dist(found) and host_bool(found) is False
+    assert [local(g).tolist() for g in grads] == [[1.0, -2.0], [3.0], [[4.0, 0.5]]]
+
+
+def test_the_gpu_path_launches_paddles_kernel_once_per_dtype_group(monkeypatch, no_raw_collective):
+    """Paddle's kernel checks that a launch's tensors share one dtype (kernel_dispatch.cc, before
+    any backend): float16 with bfloat16 in one launch, as dist.shard_scaler makes it, is refused.
+    Its CPU kernel has no float16/bfloat16 version, so the launches are recorded, not run."""
+    launches = []
+
+    def kernel(group, scale):
+        launches.append([g.dtype for g in group])
+        return group, dist_flag(len(launches) == 2)
+
+    monkeypatch.setattr(paddle._C_ops, "check_finite_and_unscale_", kernel)
+    grads = [dist_grad([2.0], "float16"), dist_grad([6.0]), dist_grad([6.0], "bfloat16"), dist_grad([1.0], "float16")]
+    assert host_bool(ap._paddle_kernel(grads, paddle.to_tensor([2.0]))) is True  # the flags OR-ed
+    assert launches == [[paddle.float16, paddle.float16], [paddle.bfloat16], [paddle.float32]]
+
+
+def partial_grads():
+    """A data-parallel backward on the 1-rank mesh (Shard(0) data): Partial gradients (3.x)."""
+    paddle.seed(0)
+    model = dist.shard_layer(paddle.nn.Linear(4, 2), MESH)
+    x = np.random.default_rng(1).standard_normal((4, 4)).astype("float32") * 100
+    model(dist.shard_tensor(paddle.to_tensor(x), MESH, [dist.Shard(0)])).pow(2).mean().backward()
+    return model.parameters()
+
+
+@pytest.mark.skipif(not HAS_SHARD_SCALER, reason="Paddle 2.6.2 cannot reduce a Partial DistTensor in one process")
+def test_a_partial_gradient_is_reduced_in_place_then_unscaled_as_paddles_kernel_leaves_it(no_raw_collective):
+    """As the kernel on a GPU: reduced first (the parameter's own gradient, the one the optimizer
+    reads, becomes Replicate), then x * (1/3) in float32; -0.0 and NaN come through unchanged."""
+    weight, bias = partial_grads()
+    local_weight = ap.local_value(weight._grad_ivar())
+    scaled = local(local_weight)
+    scaled[0, :2] = [-0.0, float("nan")]
+    paddle.assign(paddle.to_tensor(scaled), output=local_weight)
+    grads = [weight._grad_ivar(), bias._grad_ivar()]
+    assert all(p.is_partial() for g in grads for p in g.placements)
+    before = [local(g).copy() for g in grads]
+    found = ap.check_finite_and_unscale_(grads, paddle.to_tensor([3.0]))
+    assert host_bool(found) is True
+    for param, raw in zip((weight, bias), before):
+        fresh = param._grad_ivar()
+        assert [p.is_replicated() for p in fresh.placements] == [True]
+        np.testing.assert_array_equal(local(fresh), cuda_unscaled(raw, 3.0))
+    result = local(weight._grad_ivar())
+    assert np.signbit(result[0, 0]) and np.isnan(result[0, 1])
+
+
+@pytest.mark.skipif(not HAS_SHARD_SCALER, reason="Paddle 2.6.2 cannot reduce a Partial DistTensor in one process")
+def test_reduce_partial_makes_the_parameters_own_gradient_replicate_and_leaves_others_alone():
+    weight, _ = partial_grads()
+    grad = weight._grad_ivar()
+    value = local(grad).copy()
+    ap.reduce_partial_(grad)
+    fresh = weight._grad_ivar()
+    assert [p.is_replicated() for p in fresh.placements] == [True]
+    np.testing.assert_array_equal(local(fresh), value)
+    ap.reduce_partial_(fresh)  # nothing pending: left alone
+    np.testing.assert_array_equal(local(fresh), value)
+    dense = paddle.ones([2])
+    ap.reduce_partial_(dense)
+    np.testing.assert_array_equal(dense.numpy(), [1.0, 1.0])
+
+
+def test_unscale_of_no_gradients_is_a_dense_false_flag(no_raw_collective):
+    found = ap.check_finite_and_unscale_([], paddle.to_tensor([1024.0]))
+    assert ap.is_dist(found) is False and found.dtype == paddle.bool and host_bool(found) is False
+
+
+def test_unscale_refuses_gradients_on_two_meshes_before_changing_any():
+    here = dist_grad([2.0, 4.0])
+    elsewhere = dist.shard_tensor(paddle.ones([2]), dist.ProcessMesh([1], dim_names=["x"]), [dist.Replicate()])
+    with pytest.raises(ValueError, match=r"DistTensor gradients on more than one ProcessMesh: .*process_ids: \[0\].* "
+                                         r"and .*process_ids: \[1\].*wrap the scaler with dist\.shard_scaler"):
+        ap.check_finite_and_unscale_([here, elsewhere], paddle.to_tensor([2.0]))
+    np.testing.assert_array_equal(local(here), [2.0, 4.0])
+
+
+def test_the_flag_is_partial_max_only_where_a_gradient_differs_across_more_than_one_rank():
+    mesh = dist.ProcessMesh([[0], [1]], dim_names=["a", "b"])  # 2 x 1: only dimension "a" has 2 ranks
+    sharded = SimpleNamespace(placements=[dist.Shard(0), dist.Shard(1)])
+    partial = SimpleNamespace(placements=[dist.Partial(), dist.Replicate()])
+    replicated = SimpleNamespace(placements=[dist.Replicate(), dist.Replicate()])
+
+    def kinds(grads):
+        return [("max" if p == dist.Partial(dist.ReduceType.kRedMax) else
+                 "replicate" if p.is_replicated() else "other") for p in ap._flag_placements(grads, mesh)]
+
+    assert kinds([replicated, sharded]) == ["max", "replicate"]
+    assert kinds([partial]) == ["max", "replicate"]
+    assert kinds([replicated]) == ["replicate", "replicate"]
+
+
+def test_scaler_unscale_routes_disttensor_gradients_to_the_cuda_rule(no_raw_collective):
+    model, opt = model_and_opt()
+    scaler = paddle.amp.GradScaler(enable=False)
+    compat_scaler.init_scaler_state(scaler, 8.0)
+    backward(model, scale=100.0)
+    grads = [p._grad_ivar() for p in model.parameters()]
+    first = local(grads[0])
+    first[0, 0] = float("inf")  # an overflow in the first gradient the step applies
+    paddle.assign(paddle.to_tensor(first), output=ap.local_value(grads[0]))
+    before = [local(g).copy() for g in grads]
+    found = compat_scaler.unscale(scaler, opt, grads)
+    assert ap.is_dist(found) and host_bool(found) is True
+    for grad, raw in zip(grads, before):
+        np.testing.assert_array_equal(local(grad), raw / np.float32(8.0))
+    assert compat_scaler.optimizer_stage(scaler, opt) == "UNSCALED"
 
 
 @pytest.mark.parametrize("nonfinite", [float("nan"), float("inf"), -float("inf")])
