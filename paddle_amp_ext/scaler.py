@@ -325,7 +325,13 @@ class GradScaler(PaddleGradScaler):
         if not self.is_enable():
             return
         grads = grads_of(self._applied(optimizer))
-        found = self._agree(_compat.unscale(self, optimizer, grads), optimizer, unscaled=True)
+        if "_unscale" in vars(self) and _fleet.unscale_needs_no_collective(self):
+            # fleet.distributed_scaler's _unscale adds only a found_inf all-reduce over the world to
+            # Paddle's: the arithmetic runs here (the CUDA kernel's on a CPU), then that all-reduce
+            found = _compat.unscale(self, optimizer, grads, own=True)
+            found = agree_found_inf(found) if self._sync_found_inf else found
+        else:
+            found = self._agree(_compat.unscale(self, optimizer, grads), optimizer, unscaled=True)
         _compat.set_found_flags(self, found=found)
         self._found_by_opt[id(optimizer)] = found
 

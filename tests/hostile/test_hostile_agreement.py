@@ -133,3 +133,44 @@ def test_unscale_own_divides_exactly_and_leaves_an_instance_unscale_uncalled():
     assert _compat.optimizer_stage(scaler, opt) == "UNSCALED"
     with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
         _compat.unscale(scaler, opt, grads, own=True)
+
+
+@pytest.fixture
+def fleet_sharding_mode(monkeypatch):
+    """What fleet.distributed_scaler reads, as fleet.init with sharding leaves it (one process)."""
+    from paddle.distributed import fleet
+    from paddle.distributed.fleet.base.topology import ParallelMode
+
+    overlap = types.SimpleNamespace(comm_overlap=False)
+    monkeypatch.setattr(fleet.fleet, "_hcg", types.SimpleNamespace(
+        get_parallel_mode=lambda: ParallelMode.SHARDING_PARALLEL), raising=False)
+    monkeypatch.setattr(fleet.fleet, "_user_defined_strategy", types.SimpleNamespace(
+        hybrid_configs={"sharding_configs": overlap}), raising=False)
+    return overlap
+
+
+def test_through_fleets_distributed_scaler_the_unscale_is_the_cuda_kernels(fleet_sharding_mode, two_ranks):
+    """fleet.distributed_scaler's own unscale runs Paddle's kernel (on a CPU: zeros from the first
+    inf/nan on) and all-reduces found_inf; the package runs the CUDA kernel's arithmetic and that
+    one all-reduce itself; with sharding's comm_overlap on, fleet's own unscale runs."""
+    from paddle.distributed import fleet
+
+    model = paddle.nn.Sequential(paddle.nn.Linear(3, 4), paddle.nn.Linear(4, 2))
+    opt = _sgd(model)
+    scaler = fleet.distributed_scaler(amp.GradScaler(init_loss_scaling=1024.0))
+    assert "_unscale" in vars(scaler) and compat_fleet.unscale_needs_no_collective(scaler) is True
+    with amp.fp16_emulation(model):
+        scaler.scale(model(paddle.ones([2, 3])).sum()).backward()
+        grads = [_compat.grad_of(p) for p in model.parameters()]
+        expected = [g.numpy() / np.float32(1024.0) for g in grads]
+        with paddle.no_grad():
+            grads[0].multiply_(paddle.to_tensor(float("inf")))
+        scaler.unscale_(opt)
+        assert len(two_ranks) == 1 and two_ranks[0]["op"] == paddle.distributed.ReduceOp.MAX  # fleet's one
+        assert np.isinf(grads[0].numpy()).all()
+        for grad, want in zip(grads[1:], expected[1:]):  # divided, not zeroed
+            np.testing.assert_array_equal(grad.numpy(), want.astype(grad.numpy().dtype))
+        assert scaler.step(opt).skipped is True
+        scaler.update()
+    fleet_sharding_mode.comm_overlap = True
+    assert compat_fleet.unscale_needs_no_collective(scaler) is False
