@@ -98,6 +98,49 @@ def test_visualdl_records_on_rank_0_only_with_rank_0s_own_loss(ranks, layout):
         assert rank0["losses"][0] == rank1["losses"][0]
 
 
+@pytest.fixture(scope="module")
+def rehearsal_ranks(tmp_path_factory) -> list:
+    out = tmp_path_factory.mktemp("rehearsal")
+    launch(SCRIPT.parent / "autoparallel_rehearsal.py", str(out), log_dir=out / "log", timeout=180)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_rehearsal_finiteness_check_of_a_disttensor_is_its_global_value_on_every_rank(rehearsal_ranks):
+    """A NaN in rank 1's own piece only: every rank reads the tensor as not finite (the answer
+    decides whether a fix-up runs, and on 2.6.2 those run collectives: one rank alone in one
+    aborted gloo). Before the fix the scan read the global shape's count from the local buffer."""
+    for rank in rehearsal_ranks:
+        assert rank["finite"] == {"S1": ["S1", True], "S0": ["S0", True], "R": ["R", True], "P": ["P", True],
+                                  "S1_nan": ["S1", False], "S0_nan": ["S0", False], "P_nan": ["P", False]}
+
+
+@pytest.mark.slow
+def test_rehearsal_rounds_a_disttensor_to_its_global_float16_values_in_its_placements(rehearsal_ranks):
+    for rank in rehearsal_ranks:  # [placements of the result, equal to numpy's float16 rounding]
+        assert rank["rounded"] == {"S1": ["S1", True], "S0": ["S0", True], "R": ["R", True], "P": ["R", True],
+                                   "S1_in_place": ["S1", True], "S0_in_place": ["S0", True],
+                                   "R_in_place": ["R", True], "P_in_place": ["R", True]}
+
+
+@pytest.mark.slow
+def test_emulation_of_a_column_sharded_linear_gives_the_dense_emulations_finite_gradients(rehearsal_ranks):
+    """``fp16_emulation`` with nothing black-listed (the rehearsal's rounding on every op) of a
+    ``Shard(1)`` Linear: the gradients are finite, those of the same dense model's emulation
+    exactly, and Paddle's float32 ones within the float16 rounding (2**-7 of the largest, about
+    16 roundings' worth). Before the fix they were non-finite (2.6.2) or the heap was corrupted."""
+    for rank in rehearsal_ranks:
+        grads = rank["grads"]
+        assert grads["emulated_placements"] == grads["float32_placements"] == ["S1", "S0", "R", "R"]
+        for emulated, dense, float32 in zip(grads["emulated"], grads["dense_emulated"], grads["float32"]):
+            emulated, float32 = np.asarray(emulated), np.asarray(float32)
+            assert np.isfinite(emulated).all()
+            np.testing.assert_array_equal(emulated, dense)
+            np.testing.assert_allclose(emulated, float32, rtol=0, atol=2**-7 * np.abs(float32).max())
+            assert not np.array_equal(emulated, float32)  # rounded: the emulation ran
+    assert rehearsal_ranks[0]["grads"] == rehearsal_ranks[1]["grads"]
+
+
 @pytest.mark.slow
 def test_run_routes_an_unmodified_auto_parallel_script(tmp_path):
     """``python -m paddle_amp_ext.run`` in each worker of a launch: the script's ``paddle.amp.GradScaler``

@@ -31,7 +31,10 @@ processes on a CPU, gloo, eager mode):
   write a local result into is :func:`zeros_like`: 2.6.2's ``_C_ops.empty_like`` and
   ``_C_ops.assign`` of a ``Shard`` DistTensor return a ``Replicate`` one with a global-size local
   buffer (3.3.1's keep the placements); ``paddle.zeros_like`` keeps ``Shard`` and ``Replicate``
-  placements on both. Every op on a ``Partial`` one gives a ``Replicate`` result on both.
+  placements on both. Every op on a ``Partial`` one gives a ``Replicate`` result on both; 2.6.2's
+  ``_C_ops.sum`` of a ``Partial`` one claims ``Replicate`` but holds the sum of this rank's
+  addend only (3.3.1's is reduced): reduce it first (:func:`replicated`). 2.6.2 lists the
+  placements of a tensor :func:`replicated` returns as ``[]``.
 - A data-dependent branch on a DistTensor must go the same way on every rank: on 2.6.2 even an
   element-wise ``paddle.where`` of two ``Shard(1)`` DistTensors all-gathers and splits again (a
   collective); a rank that enters it alone pairs its messages with the other rank's next

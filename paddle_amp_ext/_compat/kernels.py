@@ -268,12 +268,12 @@ def all_finite(tensor: paddle.Tensor) -> bool:
     A DistTensor gets the same answer on every rank, for its global value (a fix-up the answer
     decides may run collectives: :mod:`.autoparallel`): a ``Replicate`` one is scanned in its
     local value; any other is judged by its float32 sum, reduced by Paddle's reshard (a
-    collective of one number, which every rank enters: each checks the same tensor at the same
-    op)."""
+    collective, which every rank enters: each checks the same tensor at the same op; a
+    ``Partial`` one is reduced before the sum, as 2.6.2's sum of it is this rank's addend's)."""
     if autoparallel.is_dist(tensor):
         if autoparallel.same_on_every_rank(tensor):
             return all_finite(autoparallel.local_value(tensor))
-        total = autoparallel.replicated(_C.sum(tensor, [], paddle.float32, False))
+        total = autoparallel.replicated(_C.sum(autoparallel.replicated(tensor), [], paddle.float32, False))
         return math.isfinite(float(autoparallel.local_value(total).numpy().reshape(-1)[0]))
     scan = finite_scanner()
     on_cpu = tensor.place.is_cpu_place()
