@@ -4,8 +4,8 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1, read in their sources a
 processes on a CPU, gloo, eager mode):
 
 - ``Tensor.is_dist()``, ``Tensor.placements`` (``Shard``/``Replicate``/``Partial``, each with
-  ``is_partial()`` and ``is_replicated()``), ``Tensor.process_mesh`` and ``Tensor._local_value()``: this rank's own
-  dense piece of a DistTensor, sharing its storage (an in-place change of it changes the
+  ``is_partial()`` and ``is_replicated()``), ``Tensor.process_mesh`` and ``Tensor._local_value()``:
+  this rank's own dense piece of a DistTensor, sharing its storage (an in-place change of it changes the
   DistTensor). The local value of a ``Replicate`` tensor is the global value; of a ``Partial``
   one, this rank's addend (a data-parallel loss is ``Partial(AVG)`` on 3.3.1: the local value is
   the rank's own loss); of a ``Shard``, its shard.
@@ -31,7 +31,8 @@ processes on a CPU, gloo, eager mode):
   write a local result into is :func:`zeros_like`: 2.6.2's ``_C_ops.empty_like`` and
   ``_C_ops.assign`` of a ``Shard`` DistTensor return a ``Replicate`` one with a global-size local
   buffer (3.3.1's keep the placements); ``paddle.zeros_like`` keeps ``Shard`` and ``Replicate``
-  placements on both. Every op on a ``Partial`` one gives a ``Replicate`` result on both; 2.6.2's
+  placements on both (``empty_like``, ``zeros_like``, ``full_like``, ``scale`` of a ``Partial`` one
+  give a ``Replicate`` one on both, checked); 2.6.2's
   ``_C_ops.sum`` of a ``Partial`` one claims ``Replicate`` but holds the sum of this rank's
   addend only (3.3.1's is reduced): reduce it first (:func:`replicated`). 2.6.2 lists the
   placements of a tensor :func:`replicated` returns as ``[]``.
