@@ -4,8 +4,8 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1, read in their sources a
 processes on a CPU, gloo, eager mode):
 
 - ``Tensor.is_dist()``, ``Tensor.placements`` (``Shard``/``Replicate``/``Partial``, each with
-  ``is_partial()``), ``Tensor.process_mesh`` and ``Tensor._local_value()``: this rank's own
-  dense piece of a DistTensor, sharing its storage (an in-place change of it changes the
+  ``is_partial()`` and ``is_replicated()``), ``Tensor.process_mesh`` and ``Tensor._local_value()``:
+  this rank's own dense piece of a DistTensor, sharing its storage (an in-place change of it changes the
   DistTensor). The local value of a ``Replicate`` tensor is the global value; of a ``Partial``
   one, this rank's addend (a data-parallel loss is ``Partial(AVG)`` on 3.3.1: the local value is
   the rank's own loss); of a ``Shard``, its shard.
@@ -52,6 +52,21 @@ processes on a CPU, gloo, eager mode):
   process_mesh=, placements=)`` and assigns the local value into ``_local_value()``. A bool
   ``Partial(MAX)`` flag built so (False on rank 0, True on rank 1) read True on both ranks
   after ``dist.reshard`` to ``Replicate`` (one all-reduce), on both versions.
+- A DistTensor's ``data_ptr()`` is its local value's, while its ``shape`` is the global one: a
+  kernel of ours that reads or writes memory through ``data_ptr()`` must take the element count
+  from the local value (:func:`local_value`), or it runs past the local buffer. A new tensor to
+  write a local result into is :func:`zeros_like`: 2.6.2's ``_C_ops.empty_like`` and
+  ``_C_ops.assign`` of a ``Shard`` DistTensor return a ``Replicate`` one with a global-size local
+  buffer (3.3.1's keep the placements); ``paddle.zeros_like`` keeps ``Shard`` and ``Replicate``
+  placements on both (``empty_like``, ``zeros_like``, ``full_like``, ``scale`` of a ``Partial`` one
+  give a ``Replicate`` one on both, checked); 2.6.2's
+  ``_C_ops.sum`` of a ``Partial`` one claims ``Replicate`` but holds the sum of this rank's
+  addend only (3.3.1's is reduced): reduce it first (:func:`replicated`). 2.6.2 lists the
+  placements of a tensor :func:`replicated` returns as ``[]``.
+- A data-dependent branch on a DistTensor must go the same way on every rank: on 2.6.2 even an
+  element-wise ``paddle.where`` of two ``Shard(1)`` DistTensors all-gathers and splits again (a
+  collective); a rank that enters it alone pairs its messages with the other rank's next
+  collective (gloo: ``op.preamble.length <= op.nbytes``, or a timeout).
 - ``dist.shard_scaler`` (3.x only) replaces the scaler's ``_unscale`` by a bound function of
   ``paddle.distributed.auto_parallel.api`` whose found_inf is reduced over the meshes (Paddle's
   reshards): a found_inf it stores is already agreed.
@@ -92,6 +107,18 @@ def replicated(value: Any) -> Any:
         return value
     placements = [paddle.distributed.Replicate() if p.is_partial() else p for p in value.placements]
     return paddle.distributed.reshard(value, value.process_mesh, placements)
+
+
+def zeros_like(tensor: paddle.Tensor) -> paddle.Tensor:
+    """A new float32 tensor shaped and placed like ``tensor`` (a DistTensor keeps its mesh and its
+    ``Shard``/``Replicate`` placements, with a local buffer of its own local shape), of zeros."""
+    return paddle.zeros_like(tensor, dtype=paddle.float32)
+
+
+def same_on_every_rank(tensor: paddle.Tensor) -> bool:
+    """Whether every rank's local value of a DistTensor is its whole global value (only
+    ``Replicate`` placements), so a decision read from it needs no collective."""
+    return all(placement.is_replicated() for placement in tensor.placements)
 
 
 def multiply_(grad: paddle.Tensor, factor: paddle.Tensor) -> None:

@@ -8,7 +8,10 @@ contiguous float32 only; a strided view is first copied by ``paddle._C_ops.assig
 allocate outputs with ``paddle._C_ops.empty_like(x, dtype, place)``. The arithmetic path
 relies on ``paddle._C_ops.{hardtanh, hardtanh_, scale, assign_out_, scale_, subtract_, add_}``;
 :func:`all_finite` scans with the compiled kernel, or tests ``paddle._C_ops.sum``'s result. All
-with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU).
+with the signatures of paddlepaddle 2.6.2 and 3.3.1 (checked on both, CPU). An auto-parallel
+DistTensor is rounded and scanned through its local value (its ``data_ptr()`` is the local
+value's, its ``shape`` the global one: :mod:`.autoparallel`), and :func:`all_finite` gives every
+rank the same answer for it.
 
 Calling the kernels directly skips the Python-side argument binding of the public API, and the
 in-place forms need two buffers, not thirteen. Fresh buffers are what costs on a CPU: Paddle's
@@ -35,6 +38,7 @@ from typing import Optional
 import paddle
 
 from .._native import Rounder, bf16_rounder, finite_scanner, fp16_rounder
+from . import autoparallel
 from .tensors import is_float32
 
 _C = paddle._C_ops
@@ -123,7 +127,10 @@ def native_rounder(dtype: str) -> Optional[Rounder]:
 
 
 def empty_float32(like: paddle.Tensor) -> paddle.Tensor:
-    """A new contiguous float32 tensor shaped like ``like``, on its device; contents undefined."""
+    """A new contiguous float32 tensor shaped like ``like``, on its device; contents undefined
+    (zeros for a DistTensor, placed like ``like``: :func:`.autoparallel.zeros_like`)."""
+    if autoparallel.is_dist(like):
+        return autoparallel.zeros_like(like)
     return _C.empty_like(like, paddle.float32, like.place)
 
 
@@ -131,10 +138,12 @@ def round_with(rounder: Rounder, x: paddle.Tensor, in_place: bool = False,
                out: Optional[paddle.Tensor] = None) -> paddle.Tensor:
     """``x`` rounded by the one-pass ``rounder``: into ``x`` itself with ``in_place``, into
     ``out`` where given, else into a new tensor. Unchecked: ``x`` (and ``out``) must be
-    contiguous float32 CPU tensors of the same shape (the caller knows)."""
+    contiguous float32 CPU tensors of the same shape, DistTensors of the same placements (the
+    caller knows); a DistTensor's local value is rounded, element by element."""
     if out is None:
         out = x if in_place else empty_float32(x)
-    rounder(x.data_ptr(), out.data_ptr(), math.prod(x.shape))
+    src, dst = autoparallel.local_value(x), autoparallel.local_value(out)
+    rounder(src.data_ptr(), dst.data_ptr(), math.prod(src.shape))
     return out
 
 
@@ -147,10 +156,24 @@ def _one_pass(rounder: Optional[Rounder], x: paddle.Tensor, in_place: bool) -> O
     numel = math.prod(x.shape)
     if rounder is None or not numel or not is_float32(x) or not x.place.is_cpu_place():
         return None
+    if autoparallel.is_dist(x):
+        return _one_pass_dist(rounder, x, in_place)
     if not x.is_contiguous():
         x, in_place = _C.assign(x), True  # a new tensor: its own buffer is the output
         if not x.is_contiguous():
             return None
+    return round_with(rounder, x, in_place)
+
+
+def _one_pass_dist(rounder: Rounder, x: paddle.Tensor, in_place: bool) -> Optional[paddle.Tensor]:
+    """:func:`_one_pass` of a DistTensor: its local value rounded. A ``Partial`` one is reduced
+    first (Paddle's reshard, a collective every rank enters: it rounds the same tensor at the same
+    op) and the new tensor rounded in place: rounding the addends is not rounding the sum. A
+    strided local value: None (Paddle's kernels then round it, by its SPMD rules)."""
+    if autoparallel.is_partial(x):
+        x, in_place = autoparallel.replicated(x), True
+    if not autoparallel.local_value(x).is_contiguous():
+        return None
     return round_with(rounder, x, in_place)
 
 
@@ -240,7 +263,18 @@ def all_finite(tensor: paddle.Tensor) -> bool:
     tensor is scanned once by the compiled kernel (:func:`~paddle_amp_ext._native.finite_scanner`;
     about 5 us for 64K values); elsewhere its float32 sum is tested (one reduction kernel, one
     number read on the host, through ``data_ptr()`` on a CPU: about 20 us less than ``.numpy()``
-    inside a backward hook), so a finite tensor whose sum overflows reads as not finite."""
+    inside a backward hook), so a finite tensor whose sum overflows reads as not finite.
+
+    A DistTensor gets the same answer on every rank, for its global value (a fix-up the answer
+    decides may run collectives: :mod:`.autoparallel`): a ``Replicate`` one is scanned in its
+    local value; any other is judged by its float32 sum, reduced by Paddle's reshard (a
+    collective, which every rank enters: each checks the same tensor at the same op; a
+    ``Partial`` one is reduced before the sum, as 2.6.2's sum of it is this rank's addend's)."""
+    if autoparallel.is_dist(tensor):
+        if autoparallel.same_on_every_rank(tensor):
+            return all_finite(autoparallel.local_value(tensor))
+        total = autoparallel.replicated(_C.sum(autoparallel.replicated(tensor), [], paddle.float32, False))
+        return math.isfinite(float(autoparallel.local_value(total).numpy().reshape(-1)[0]))
     scan = finite_scanner()
     on_cpu = tensor.place.is_cpu_place()
     if scan is not None and on_cpu and is_float32(tensor) and tensor.is_contiguous():

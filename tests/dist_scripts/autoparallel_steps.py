@@ -12,7 +12,8 @@ by ``dist.shard_optimizer``:
   ``step(grad_clip=CLIP)`` and a VisualDL hook (rank 0 writes), NaN loss at step 1 on rank 1 only;
 - ``own_clip``: the same scaler without ``grad_clip=``, the optimizer's own ``ClipGradByGlobalNorm``;
 - ``shard_scaler`` (3.x): the ``ours`` scaler wrapped by ``dist.shard_scaler``;
-- ``emulate`` / ``emulate_shard_scaler`` (3.x): loss scaling on, inside ``fp16_emulation``;
+- ``emulate``: loss scaling on, inside ``fp16_emulation``; ``emulate_shard_scaler`` (3.x): the
+  same scaler wrapped by ``dist.shard_scaler``;
 - ``guard``: ``guard_optimizer`` on a plain loop (optimizer clip), the same NaN.
 
 Writes OUT_DIR/rank{N}.json: per layout and variant the skips, the norms (host floats), the final
@@ -191,13 +192,10 @@ def rel_error(ours: list, ref: list) -> float:
 record: dict = {"init": init, "v3": V3}
 layouts = sys.argv[3].split(",") if len(sys.argv) > 3 else ["mp", "dp", "plan"] if V3 else ["mp", "dp"]
 for layout in layouts:
-    # loss scaling (fp16_emulation) on 3.x only, and first: on 2.6.2 about one launch in four
-    # aborted in gloo in its first steps ("op.preamble.length <= op.nbytes. 32 vs 8")
-    emulated = run_emulated(layout, "emulate") if V3 else None
+    emulated = run_emulated(layout, "emulate")
     ref = run_paddle(layout)
-    variants = {"ours": run_ours(layout, "ours"), "own_clip": run_ours(layout, "own_clip"), "guard": run_guard(layout)}
-    if V3:
-        variants["emulate"] = emulated
+    variants = {"ours": run_ours(layout, "ours"), "own_clip": run_ours(layout, "own_clip"), "guard": run_guard(layout),
+                "emulate": emulated}
     if V3:
         variants["shard_scaler"] = run_ours(layout, "shard_scaler")
         variants["emulate_shard_scaler"] = run_emulated(layout, "emulate_shard_scaler")
