@@ -1,7 +1,8 @@
 """Helper: run a script with `paddle.distributed.launch --nproc_per_node N` on the CPU (gloo).
 
-Every launch has a hard timeout: on expiry the launcher and its workers (one process group,
-started here) are killed and the test fails with the workers' logs, so a hang costs seconds.
+Every launch has a hard timeout: on expiry the launcher, its process group and every
+descendant (3.3.1's workers start sessions of their own) are killed and the test fails with
+the workers' logs, so a hang costs seconds.
 """
 
 from __future__ import annotations
@@ -45,12 +46,45 @@ def _launch_once(script: Path, *args: str, log_dir: Path, nproc: int, timeout: i
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         out, err = proc.communicate()
         raise AssertionError(f"launch of {script.name} hung: killed after {timeout} s\n{_logs(log_dir)}") from None
     if proc.returncode != 0:
         raise AssertionError(f"launch failed ({proc.returncode}):\n{out[-2000:]}\n{err[-2000:]}\n{_logs(log_dir)}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def descendants(pid: int) -> list:
+    """Every live descendant of ``pid`` (read from /proc), children first."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or unreadable
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid``'s process group and every descendant of ``pid``: paddle.distributed.launch's
+    workers on 3.3.1 start sessions of their own, so killing the launcher's group alone leaves them
+    running. The descendants are collected before anything is killed (a worker whose launcher
+    died is re-parented and no longer found)."""
+    victims = descendants(pid)
+    for target in ("group", *victims):
+        try:
+            os.killpg(pid, signal.SIGKILL) if target == "group" else os.kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _logs(log_dir: Path) -> str:

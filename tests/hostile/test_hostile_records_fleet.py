@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("visualdl")
+from distributed import kill_tree  # noqa: E402
 from visualdl import LogReader  # noqa: E402
 
 SCRIPT = Path(__file__).parent.parent / "dist_scripts" / "visualdl_dying_job.py"
@@ -71,7 +72,7 @@ def run_job(out: Path, victim: int, hang_at: int) -> bool:
     finally:
         for proc in launchers:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 proc.wait()
     assert all(proc.returncode != 0 for proc in launchers), "the job died"
     return True
