@@ -59,7 +59,7 @@ class _GuardScaler(GradScaler):
     def _applied(self, optimizer: Any, parameters: Optional[list] = None) -> List[Pair]:
         return applied_grads(optimizer, self.parameters if parameters is None else parameters, via=self.via)
 
-    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, params: list) -> bool:
+    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, judged: list, in_step: bool) -> bool:
         return False  # the intercepted call applies the step: the flag is agreed before it
 
     def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any) -> None:

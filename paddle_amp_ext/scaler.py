@@ -407,9 +407,7 @@ class GradScaler(PaddleGradScaler):
         pairs = judged if parameters is None else self._applied(optimizer, _parameters_of(optimizer, parameters))
         scale_used = self._policy.scale if enabled else 1.0
         norm = out = None
-        params = [param for param, _ in judged]
-        if rides and (self._unscales_for_norm(optimizer, clip, parameters, params, in_step) if enabled
-                      else self._rides_on_norm(optimizer, clip, parameters, params)):
+        if rides and self._rides_on_norm(optimizer, clip, parameters, judged, in_step):
             norm, skipped = self._step_on_norm(optimizer, clip, judged)
         elif not (skipped := self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)):
             if clip is not None and not in_step:
@@ -441,24 +439,22 @@ class GradScaler(PaddleGradScaler):
         self._last_result = StepResult(skipped=skipped, loss_scale=scale_used, grad_norm=norm)
         return self._last_result, out
 
-    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, params: List[paddle.Tensor]) -> bool:
-        """Whether, under fleet (the clip inside ``optimizer.step()``), the non-finite guard's decision
-        can ride on the clip's reduced global norm instead of a found_inf all-reduce: the norm
-        covers every gradient (:func:`~paddle_amp_ext.distributed.norm_covers_every_grad`)."""
-        return self._skip_nonfinite and self._sync_found_inf and norm_covers_every_grad(
-            optimizer, clip, parameters, params)
-
-    def _unscales_for_norm(self, optimizer: Any, clip: Any, parameters: Any, params: List[paddle.Tensor],
-                           in_step: bool) -> bool:
-        """Whether, with loss scaling on under fleet, the overflow decision can ride on the clip's
-        reduced global norm of the unscaled gradients (an inf/nan gradient on any rank leaves it
-        inf/nan on every rank) instead of a found_inf all-reduce: the clip runs inside the step and
-        covers every gradient, the gradients are not unscaled yet (no ``unscale_()`` by hand,
-        whose flag is agreed already) and unscaling them needs no collective of fleet's
+    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, judged: List[Pair], in_step: bool) -> bool:
+        """Whether the skip decision can ride on the clip's reduced global norm instead of a found_inf
+        all-reduce: the norm covers every gradient
+        (:func:`~paddle_amp_ext.distributed.norm_covers_every_grad`; an inf/nan gradient on any rank
+        leaves it inf/nan on every rank). With loss scaling off, for the non-finite guard (under
+        fleet, or auto-parallel's own clip); with it on, under fleet only (the clip inside the
+        step), on gradients not unscaled yet (no ``unscale_()`` by hand, whose flag is agreed
+        already) that need no collective of fleet's to unscale
         (:func:`~paddle_amp_ext._compat.fleet.unscale_needs_no_collective`)."""
-        return (in_step and self._sync_found_inf and _compat.optimizer_stage(self, optimizer) == "INIT"
-                and _fleet.unscale_needs_no_collective(self)
-                and norm_covers_every_grad(optimizer, clip, parameters, params))
+        if self.is_enable():
+            ready = (in_step and _compat.optimizer_stage(self, optimizer) == "INIT"
+                     and _fleet.unscale_needs_no_collective(self))
+        else:
+            ready = self._skip_nonfinite
+        return ready and self._sync_found_inf and norm_covers_every_grad(
+            optimizer, clip, parameters, [param for param, _ in judged])
 
     def _step_on_norm(self, optimizer: Any, clip: Any, judged: List[Pair]) -> Tuple[Optional[paddle.Tensor], bool]:
         """Unscale this rank's gradients (loss scaling on; no collective, no host read), then step

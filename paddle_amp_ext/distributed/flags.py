@@ -158,6 +158,7 @@ def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] 
     flag = checked_flag(flag)
     if scaler is not None and _fleet.unscale_reduces_found_inf(scaler):
         return flag
-    if optimizer is not None and not _compat.is_dist(flag) and flags_agree(optimizer):
+    if (optimizer is not None and not _compat.is_dist(flag) and _world() > 1  # alone: no parameter scan
+            and flags_agree(optimizer)):
         return flag
     return all_reduce_max(flag)
