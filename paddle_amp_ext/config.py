@@ -1,7 +1,7 @@
 """``AmpConfig``: every AMP setting in one frozen, validated value.
 
 Example:
-    >>> cfg = AmpConfig(dtype="auto", custom_black_list=["softmax"], init_loss_scaling=2**14)
+    >>> cfg = AmpConfig(dtype="auto", custom_black_list=["gelu"], init_loss_scaling=2**14)
     >>> AmpConfig.from_dict(cfg.to_dict()) == cfg
     True
 """

@@ -1,4 +1,4 @@
-"""The documentation site's sources (issue 32): every public name has its API entry, the README
+"""The documentation site's sources: every public name has its API entry, the README
 stays short and keeps the set-up commands, the CLI pages and the CHANGELOG are generated or
 included, not copied. The strict build itself is ``bash scripts/docs`` (CI runs it)."""
 
