@@ -264,6 +264,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return fail(parser.prog, str(exc))
     if args.model is not None and not args.verify:
         return fail(parser.prog, "--model needs --verify")
+    if args.verify and (args.what_if is not None or args.list_ops):
+        return fail(parser.prog, "--verify runs on the GPU that is present: it cannot be combined with "
+                    "--what-if or --list-ops")
     if args.verify:
         return run_verify(parser.prog, args.model, args.json)
     if args.list_ops:
