@@ -54,12 +54,12 @@ class OpDtypeComparison:
 
 def compare_op_dtypes(stats: Mapping[str, Sequence[int]], dtype: str, level: str,
                       white: Collection[str], black: Collection[str]) -> OpDtypeComparison:
-    """Compare counted op dtypes with the lists: a white op (O1) or any op not on the black list
-    (O2) must not run in float32 only; a black op must never run in ``dtype``.
+    """Compare counted op dtypes with the lists: a white op must not run in float32 only; a black
+    op must never run in ``dtype``. The same rule at both levels.
 
-    Ops neither white nor black at O1 follow their inputs, so any dtype is right for them. At O2 an
-    op may still run in float32 where it has a float32 input and ``use_promote`` is on (Paddle's
-    rule), so O2 only flags white ops that ran in float32 alone.
+    Ops on neither list follow their inputs at O1, so any dtype is right for them. At O2 they run
+    in ``dtype`` unless an input is float32 and ``use_promote`` is on (Paddle's rule), which the
+    counts cannot tell apart, so they are not judged at O2 either (their counts are in ``ran``).
 
     Args:
         stats: ``{op: (fp16, bf16, fp32, other)}`` (:func:`parse_op_stats`).
