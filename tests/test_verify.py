@@ -222,10 +222,13 @@ def test_the_real_rehearsal_comparison_finds_the_overflowing_rows():
 
 
 def test_the_real_throughput_measurement_on_the_cpu():
-    measured, facts = DeviceRunner().throughput(STANDARD[0], ["fp32"], repeats=2, steps=1, warmup=1)
-    assert [m.config for m in measured] == ["fp32"] and len(measured[0].steps_per_s) == 2
-    assert measured[0].peak_memory_bytes is None and 0 < measured[0].host_fraction <= 1
+    names = configs(("float16", "bfloat16"))  # on a CPU the AMP configurations run in float32: the loop is tested
+    measured, facts = DeviceRunner().throughput(STANDARD[0], names, repeats=2, steps=1, warmup=1)
+    assert [m.config for m in measured] == list(names) and {len(m.steps_per_s) for m in measured} == {2}
+    assert {m.peak_memory_bytes for m in measured} == {None}
+    assert all(0 < m.host_fraction <= 1 for m in measured)
     assert facts == ModelFacts(batch=32, odd_dims=("0.weight [32, 3, 3, 3]",))
+    assert [r.config for r in judge("cnn", measured, facts).rows] == list(names)
 
 
 def test_the_standard_models_run_in_float32():
@@ -281,3 +284,25 @@ def test_report_status_and_check_result_values():
     assert VerifyReport("3", None, "no GPU", ()).status == "needs_gpu"
     failed = VerifyReport("3", "gpu", None, (), (CheckResult("a", "pass", ""), CheckResult("b", "fail", "")))
     assert failed.status == "failed"
+
+
+class QuickRunner(DeviceRunner):
+    def throughput(self, case, names):
+        return super().throughput(case, names, repeats=1, steps=1, warmup=1)
+
+
+def test_the_whole_pipeline_on_the_cpu_fails_where_auto_cast_does_nothing():
+    """The real device runner on a CPU, where AMP is off: the checks must say so (they can fail)."""
+    report = run(QuickRunner(), device="cpu", paddle_version=paddle.__version__, dtypes=("float16",),
+                 rehearsal_cases=(OVERFLOWING_LINEAR,))
+    status = {c.name: c.status for c in report.checks}
+    assert report.status == "failed"
+    assert status["op dtypes: cnn O1 float16"] == status["op dtypes: transformer O2 float16"] == "fail"
+    overflow = next(c for c in report.checks if c.name.startswith("overflow"))
+    assert overflow.summary == ("found_inf was False; the optimizer step was not skipped; the weights changed; "
+                                "the loss scale went from 1.0 to 1.0, expected 0.5")
+    assert [status[f"check_finite_and_unscale: {d}"] for d in ("float16", "bfloat16", "float32")] == [
+        "skip", "skip", "known"]
+    linear = next(c for c in report.checks if c.name == "rehearsal vs GPU: overflowing Linear float16")
+    assert linear.status == "fail" and linear.data["nonfinite_rehearsal_only"] == list(range(384, 392))
+    assert [v.model for v in report.verdicts] == ["cnn", "transformer"]
