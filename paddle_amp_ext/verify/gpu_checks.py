@@ -62,7 +62,10 @@ def _sync() -> None:
 
 @contextlib.contextmanager
 def on_cpu() -> Iterator[None]:
-    """Create tensors on the CPU in the block, then go back to the device in use before."""
+    """Create tensors on the CPU in the block, then go back to the device in use before.
+
+    Paddle's device is process-wide: another thread creating tensors meanwhile gets the CPU too.
+    """
     before = paddle.device.get_device()
     paddle.set_device("cpu")
     try:
@@ -76,7 +79,11 @@ def _loss(layer: paddle.nn.Layer, inputs: Tuple[paddle.Tensor, ...]) -> paddle.T
 
 
 class DeviceRunner:
-    """Runs each check's device part on the current device (``paddle.device.get_device()``)."""
+    """Runs each check's device part on the current device (``paddle.device.get_device()``).
+
+    One at a time: the op statistics are a process-wide Paddle flag, and the rehearsal switches
+    the process to the CPU while it runs. Every method syncs the device to the host.
+    """
 
     def op_stats(self, case: ModelCase, dtype: str, level: str
                  ) -> Tuple[Dict[str, Tuple[int, int, int, int]], frozenset, frozenset]:

@@ -54,6 +54,7 @@ def _guarded(name: str, work: Any) -> Any:
 
 
 def op_dtype_checks(runner: Any, dtypes: Sequence[str]) -> List[CheckResult]:
+    """One check per standard model, dtype and level: the counted op dtypes against the lists."""
     results = []
     for case in STANDARD:
         for dtype in dtypes:
@@ -74,6 +75,7 @@ def op_dtype_checks(runner: Any, dtypes: Sequence[str]) -> List[CheckResult]:
 
 
 def overflow_check(runner: Any) -> CheckResult:
+    """The float16 overflow through the scaler: found_inf, skipped, weights unchanged, scale halved."""
     name = "overflow: float16 through the GradScaler"
 
     def work() -> CheckResult:
@@ -93,6 +95,8 @@ def overflow_check(runner: Any) -> CheckResult:
 
 
 def unscale_checks(runner: Any) -> List[CheckResult]:
+    """One check per dtype: Paddle's unscale kernel against the emulation ("known" for the CPU
+    kernel's zeroing on a CPU place, "skip" where the kernel has no such dtype)."""
     results = []
     for dtype in UNSCALE_DTYPES:
         name = f"check_finite_and_unscale: {dtype}"
@@ -117,6 +121,7 @@ def unscale_checks(runner: Any) -> List[CheckResult]:
 
 
 def rehearsal_checks(runner: Any, dtypes: Sequence[str], cases: Sequence[ModelCase]) -> List[CheckResult]:
+    """One check per case and dtype: the rehearsal's output against the device's."""
     results = []
     for case in cases:
         for dtype in dtypes:
@@ -144,6 +149,7 @@ def rehearsal_checks(runner: Any, dtypes: Sequence[str], cases: Sequence[ModelCa
 
 def throughput(runner: Any, cases: Sequence[ModelCase], dtypes: Sequence[str]
                ) -> Tuple[List[Verdict], List[CheckResult]]:
+    """A verdict per case; a failed check instead for a case whose measurement raised."""
     verdicts, failures = [], []
     for case in cases:
         outcome = _guarded(f"throughput: {case.name}", lambda case=case: runner.throughput(case, configs(dtypes)))

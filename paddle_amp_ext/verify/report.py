@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .verdict import Verdict
 
@@ -82,7 +82,8 @@ def _mb(value: Optional[int]) -> str:
     return "-" if value is None else f"{value / 2**20:.0f} MiB"
 
 
-def render_verdict(verdict: Verdict) -> list:
+def render_verdict(verdict: Verdict) -> List[str]:
+    """The verdict's lines: a table of the configurations, then the reasons."""
     lines = [f"Throughput on {verdict.model}: "
              + (f"AMP pays, {verdict.best} is fastest" if verdict.pays else "AMP does not pay here")]
     lines.append(f"  {'config':<14}{'steps/s':>10}{'spread':>9}{'vs fp32':>9}{'peak memory':>14}")
