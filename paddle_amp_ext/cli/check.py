@@ -20,6 +20,7 @@ from .._native import status as rounding_status
 from ..config import AmpConfig
 from ..gate import AmpDecision, DeviceInfo, decide
 from . import FOUND, OK, UsageError, emit, fail, parse
+from .verify import run_verify
 
 _WHAT_IF = re.compile(r"^(?P<name>.+?):(?P<cc>\d+)\.(?P<minor>\d)(?::(?P<mem>\d+(?:\.\d+)?))?$")
 
@@ -228,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m paddle_amp_ext.check",
         description="GPU capability report and AMP verdict for PaddlePaddle.",
-        epilog="Exit codes: 0 usable (or no --require), 1 not usable for --require, 2 usage error.",
+        epilog="Exit codes: 0 usable (or no --require; --verify: every check passed), 1 not usable for "
+               "--require (--verify: a check failed, or no GPU to run them on), 2 usage error.",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--require", choices=("fp16", "bf16", "any"),
@@ -240,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"),
                         help="dtype for --list-ops (default float16)")
     parser.add_argument("--level", default="O1", choices=("O1", "O2"), help="level for --list-ops")
+    parser.add_argument("--verify", action="store_true",
+                        help="run AMP for real on this GPU and check it against the package (docs/verify.md)")
+    parser.add_argument("--model", metavar="MODULE:FACTORY",
+                        help="with --verify: also time your model; FACTORY() returns (layer, inputs)")
     parser.add_argument("--config", metavar="FILE",
                         help="an AmpConfig TOML/JSON file: its dtype is the request, its lists feed --list-ops")
     return parser
@@ -256,6 +262,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return fail(parser.prog, str(exc))
     except ValueError as exc:
         return fail(parser.prog, str(exc))
+    if args.model is not None and not args.verify:
+        return fail(parser.prog, "--model needs --verify")
+    if args.verify and (args.what_if is not None or args.list_ops):
+        return fail(parser.prog, "--verify runs on the GPU that is present: it cannot be combined with "
+                    "--what-if or --list-ops")
+    if args.verify:
+        return run_verify(parser.prog, args.model, args.json)
     if args.list_ops:
         ops = list_ops(args.dtype, args.level, config, args.config)
         emit(ops, render_ops(ops), args.json)
