@@ -210,3 +210,32 @@ def test_a_parameter_listed_twice_is_unscaled_once():
         scaler.unscale_(opt)
         np.testing.assert_array_equal(layer.weight.grad.numpy(), scaled / np.float32(1024.0))
         assert len(amp.gradients.applied_grads(opt)) == 2
+
+
+# ---------------------------------------------------------------------- parameter groups and the clip
+def test_step_grad_clip_clips_every_group_by_one_norm_where_paddles_optimizer_clip_clips_each_group():
+    """Documented in docs/differences.md: one global norm over every group (the norm reported and
+    judged); the optimizer's own ``grad_clip=`` clips each group by its own norm, inside its step."""
+    def run(ours: bool):
+        paddle.seed(0)
+        a, b = paddle.nn.Linear(3, 2), paddle.nn.Linear(3, 2)
+        clip = None if ours else paddle.nn.ClipGradByGlobalNorm(1.0)
+        opt = paddle.optimizer.SGD(learning_rate=1.0, grad_clip=clip,
+                                   parameters=[{"params": a.parameters()}, {"params": b.parameters()}])
+        (a(paddle.ones([2, 3])).sum() * 10 + b(paddle.ones([2, 3])).sum()).backward()
+        grads = [p.grad.numpy().astype(np.float64) for p in a.parameters() + b.parameters()]
+        before = [p.numpy().copy() for p in a.parameters() + b.parameters()]
+        scaler = amp.GradScaler(enable=False)
+        result = scaler.step(opt, grad_clip=1.0 if ours else None)
+        scaler.update()
+        moved = [w - p.numpy() for w, p in zip(before, a.parameters() + b.parameters())]
+        return grads, moved, result
+
+    grads, moved, result = run(ours=True)
+    norm_a, norm_b = (np.sqrt(sum((g**2).sum() for g in part)) for part in (grads[:2], grads[2:]))
+    assert float(result.grad_norm) == pytest.approx(np.hypot(norm_a, norm_b), rel=1e-6)
+    for g, m in zip(grads, moved):
+        np.testing.assert_allclose(m, g / np.hypot(norm_a, norm_b), rtol=1e-5)
+    grads, moved, _ = run(ours=False)
+    for g, m, norm in zip(grads, moved, (norm_a, norm_a, norm_b, norm_b)):
+        np.testing.assert_allclose(m, g / norm, rtol=1e-5)
