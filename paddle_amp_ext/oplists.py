@@ -77,6 +77,7 @@ def _op_of_api(name: str) -> str | None:
 
 #: A backward (gradient) op: ``softmax_grad``, ``conv2d_grad_grad``, ``tanh_triple_grad``,
 #: ``cross_entropy_grad2``, ``embedding_sparse_grad``.
+_LONGEST = 256  # characters; Paddle's longest op name has under 80
 _BACKWARD = re.compile(r"^(?P<forward>.+?)(?:_double|_triple)?_grad(?:_grad)*(?P<variant>2|_sr|_dense|_strided)?$")
 
 
@@ -84,9 +85,10 @@ def forward_op_of(name: str, known: Collection[str]) -> str | None:
     """The forward op a backward op ``name`` belongs to, among ``known`` (or ALIASES); None for a
     name that is no backward op, or whose forward op is not known.
 
-    ``embedding_sparse_grad`` belongs to ``embedding``: the longest known prefix is taken.
+    ``embedding_sparse_grad`` belongs to ``embedding``: the longest known prefix is taken. A name
+    longer than any op's (:data:`_LONGEST`) is none (the match would cost its length squared).
     """
-    match = _BACKWARD.match(name)
+    match = _BACKWARD.match(name) if len(name) <= _LONGEST else None
     if match is None:
         return None
     stem = match["forward"]

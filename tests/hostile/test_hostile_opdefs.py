@@ -136,3 +136,11 @@ def test_every_fused_api_that_is_no_op_is_mapped_to_the_op_its_code_runs():
             source += inspect.getsource(getattr(functional, callee.group(1)))
         assert re.search(rf"C_ops\.{op}_?\(|type=['\"]{op}['\"]", source), (name, op)
     assert _compat.op_of_api("softmax") is None and _compat.op_of_api("") is None
+
+
+@pytest.mark.parametrize("name", ["_grad" * 20000 + "x", "a_" * 40000 + "_grad", "softmax" + "_grad" * 20000],
+                         ids=["grads", "prefixes", "nested"])
+def test_a_huge_name_is_judged_at_once(name):
+    """No backtracking over a hostile name: a name longer than any op is no backward op (a cap)."""
+    assert oplists.forward_op_of(name, _compat.ops_paddle_defines()) is None
+    assert oplists.forward_op_of(name[:200], {"softmax"}) in (None, "softmax")
