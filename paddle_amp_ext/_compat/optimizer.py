@@ -21,10 +21,10 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   ``AdamW.step`` (their own, both versions) and ``LBFGS.step`` read ``_grad_ivar()``/``grad``
   only; ``MixPrecisionOptimizer`` takes ``main_grad`` only; ``DygraphShardingOptimizer`` (V2
   too) ``main_grad`` where set, both versions, whatever it wraps; ``HybridParallelOptimizer``,
-  ``HeterParallelOptimizer`` and ``GroupShardedOptimizerStage2`` call their inner optimizer's
-  ``step``. Fleet's ``distributed_scaler`` takes ``main_grad`` where set. In dygraph
-  ``Optimizer.minimize`` runs no backward and no
-  ``step``: it applies ``core.eager.get_all_grads`` (the ``_grad_ivar()`` of every parameter
+  ``HeterParallelOptimizer``, ``GroupShardedOptimizerStage2``, incubate's ``LookAhead`` and
+  ASP's ``OptimizerWithSparsityGuarantee`` call their inner optimizer's ``step``. Fleet's
+  ``distributed_scaler`` takes ``main_grad`` where set. In dygraph ``Optimizer.minimize`` runs no
+  backward and no ``step``: it applies ``core.eager.get_all_grads`` (the ``_grad_ivar()`` of every parameter
   that is not ``stop_gradient``, never ``main_grad``; both versions). Every ``step`` skips a
   ``stop_gradient=True`` parameter (``trainable=False`` sets it), whose gradient
   ``clear_grad()`` leaves in place; Paddle's ``GradScaler._unscale``
@@ -109,6 +109,10 @@ _STEP_READS: dict = {
     (_DYGRAPH_OPT + "heter_parallel_optimizer", "HeterParallelOptimizer"): (_DELEGATES, "_inner_opt"),
     (_FLEET + "meta_parallel.sharding.group_sharded_optimizer_stage2", "GroupShardedOptimizerStage2"):
         (_DELEGATES, "_optim"),
+    ("paddle.incubate.optimizer.lookahead", "LookAhead"): (_DELEGATES, "inner_optimizer"),  # then slow weights
+    ("paddle.incubate.asp.asp", "OptimizerWithSparsityGuarantee"): (_DELEGATES, "_optimizer"),  # then masks
+    ("paddle.incubate.optimizer.lbfgs", "LBFGS"): MAIN_GRAD_NEVER,
+    ("paddle.incubate.optimizer.modelaverage", "ModelAverage"): MAIN_GRAD_NEVER,  # averages, applies none
 }
 
 

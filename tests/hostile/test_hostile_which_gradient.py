@@ -51,6 +51,8 @@ def test_every_paddle_optimizer_class_applies_the_gradient_the_package_judges():
     assert table["Adam"] == table["AdamW"] == table["LBFGS"] == [never, never]
     assert table["SGD"] == table["Momentum"] == ([first, first] if PADDLE3 else [never, never])
     assert all(table[f"{name}(param groups)"] == [never, never] for name in names)
+    assert table["LookAhead(AdamW)"] == table["ASP(AdamW)"] == table["incubate LBFGS"] == [never, never]
+    assert table["LookAhead(SGD)"] == table["ASP(SGD)"] == table["SGD"]
 
 
 def test_fleets_wrappers_apply_the_gradient_the_package_judges():
