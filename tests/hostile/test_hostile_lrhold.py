@@ -186,3 +186,25 @@ def test_amp_callback_under_routing_leaves_no_hold_on_the_scheduler(variable, tm
     assert report["during"] == {"last_epoch": 0, "skipped": 2}
     assert report["after_training"] == {"own_step": False}
     assert report["after_routing"] == {"own_step": False, "class_step_restored": True, "last_epoch_after_nan": 1}
+
+
+class _Frozen(type):
+    def __setattr__(cls, name, value):
+        raise AttributeError(f"{cls.__name__} is frozen: cannot set {name}")
+
+
+class FrozenStep(StepDecay, metaclass=_Frozen):
+    """A scheduler class that refuses new attributes (its step cannot be wrapped)."""
+
+
+def test_a_scheduler_class_that_refuses_the_hold_is_said_once_and_steps_as_ever(caplog_amp):
+    lr = FrozenStep(1.0, step_size=1)
+    with amp.routed() as routing:
+        _skipped_step(lr)
+        lr.step()
+        _skipped_step(lr)
+        lr.step()
+        assert lr.last_epoch == 2 and routing.lr_steps_held == 0
+    said = [r.getMessage() for r in caplog_amp.records if "cannot be wrapped" in r.getMessage()]
+    assert said == ["FrozenStep.step cannot be wrapped (FrozenStep is frozen: cannot set step), so its schedule "
+                    "is not held on skipped steps."]
