@@ -172,6 +172,7 @@ def _forget(key: int, ref: Any) -> None:
         if entry is not None and entry[0] is ref:
             del _holds[key]
 
+
 def note_step(optimizer: Any, skipped: bool) -> None:
     """Note that ``optimizer``'s step was decided (``skipped`` or applied); no-op while inactive.
 
