@@ -5,9 +5,9 @@ optimizer reads:
 
 - the optimizer's parameters (or the ``parameters`` a call names), each once (a parameter
   listed twice has one gradient tensor: it is unscaled, clipped and counted in a norm once),
-  but not a frozen one: ``stop_gradient=True`` (``trainable=False`` sets it). A frozen layer keeps the gradient it had
-  when it was frozen (a NaN of an overflow step, say); Paddle's optimizers skip it, so it must
-  neither skip every later step nor count in a clip's global norm;
+  but not a frozen one: ``stop_gradient=True`` (``trainable=False`` sets it). A frozen layer
+  keeps the gradient it had when it was frozen (a NaN of an overflow step, say); Paddle's
+  optimizers skip it, so it must neither skip every later step nor count in a clip's global norm;
 - ``param.main_grad`` (the float32 master gradient) where the optimizer reads it, else
   ``param.grad`` (the tensor Paddle's optimizer reads): which one depends on the class whose
   ``step`` runs and the Paddle version (:func:`paddle_amp_ext._compat.optimizer.main_grad_rule`).
