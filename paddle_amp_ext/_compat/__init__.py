@@ -33,7 +33,13 @@ from __future__ import annotations
 
 from .autoparallel import is_dist, local_value, replicated
 from .layers import gpu_linear_is_fused, o2_low_precision_layers
-from .opdefs import CUDA_ONLY_FLUID_OPS, built_op_names, defined_op_names, registered_op_names
+from .opdefs import (
+    CUDA_ONLY_FLUID_OPS,
+    op_of_api,
+    ops_in_default_amp_lists,
+    ops_paddle_defines,
+    ops_this_build_registers,
+)
 from .optimizer import (
     applying_method,
     assign_grad,
@@ -86,9 +92,7 @@ __all__ = [
     "assign_grad",
     "bound_scheduler",
     "autocast_enabled",
-    "built_op_names",
     "default_op_lists",
-    "defined_op_names",
     "first_parameter",
     "gpu_amp_support",
     "gpu_linear_is_fused",
@@ -103,6 +107,10 @@ __all__ = [
     "master_grad_hook_due",
     "multiply_inplace",
     "o2_low_precision_layers",
+    "op_of_api",
+    "ops_in_default_amp_lists",
+    "ops_paddle_defines",
+    "ops_this_build_registers",
     "optimizer_parameters",
     "optimizer_wrapper_classes",
     "optimizer_stage",
@@ -110,7 +118,6 @@ __all__ = [
     "paddle_decorate",
     "paddle_scaler_view",
     "place_kind",
-    "registered_op_names",
     "replicated",
     "runs_eagerly",
     "reset_optimizer_stages",
