@@ -109,10 +109,22 @@ def test_probe_on_this_machine_never_raises_and_says_why():
     if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
         pytest.skip("this machine has a GPU: tests/gpu covers it")
     assert amp.probe() == []
-    assert report.reason and ("CPU build" in report.reason or "sees no GPU" in report.reason)
+    if paddle.device.is_compiled_with_cuda():
+        assert report.reason == "Paddle has CUDA but sees no GPU (driver, container --gpus, or CUDA_VISIBLE_DEVICES)"
+    else:
+        assert report.reason.startswith("Paddle is a CPU build without CUDA")
 
 
 def test_auto_decision_drives_auto_cast_and_scaler_on_cpu(caplog_amp):
+    """On a CPU build the reason says "CPU build"; on a GPU build that sees no GPU (a container
+    started without --gpus) it says so instead: either way the probe's own reason is logged."""
+    from paddle_amp_ext.device import probe_report
+
+    if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        pytest.skip("this machine has a GPU: tests/gpu covers it")
+    reason = probe_report().reason
+    expected = "CPU build" if not paddle.device.is_compiled_with_cuda() else "Paddle has CUDA but sees no GPU"
+    assert expected in reason
     scaler = amp.GradScaler(enable="auto")
     assert scaler.is_enable() is False
     with amp.auto_cast(dtype="auto"):
@@ -120,7 +132,7 @@ def test_auto_decision_drives_auto_cast_and_scaler_on_cpu(caplog_amp):
 
         assert _compat.tracer_amp_level() == "O0"
     auto_reasons = [r for r in caplog_amp.records if r.getMessage().startswith("auto_cast(dtype='auto'): AMP is off")]
-    assert len(auto_reasons) == 1 and "CPU build" in auto_reasons[0].getMessage()
+    assert len(auto_reasons) == 1 and reason in auto_reasons[0].getMessage()
     for _ in range(3):
         amp.GradScaler()
     cpu_warnings = [r for r in caplog_amp.records if "loss scaling is off because Paddle runs on the CPU" in r.getMessage()]
@@ -131,3 +143,20 @@ def test_strict_auto_cast_raises_on_cpu():
     with pytest.raises(AmpUnsupportedError, match="float16 AMP requested"):
         with amp.auto_cast(dtype="float16", strict=True):
             pass
+
+
+def test_a_gpu_build_that_sees_no_gpu_says_so_not_cpu_build(monkeypatch, caplog_amp):
+    """A GPU build of Paddle in a container started without --gpus, simulated through the probe's seams."""
+    from paddle_amp_ext import device
+
+    monkeypatch.setattr(paddle.device, "is_compiled_with_cuda", lambda: True)
+    monkeypatch.setattr(paddle.device.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(paddle, "is_compiled_with_rocm", lambda: False)
+    device.current_decision.cache_clear()
+    try:
+        decision = device.current_decision("auto")
+    finally:
+        device.current_decision.cache_clear()
+    assert decision.reason == ("AMP is off and training runs in float32: Paddle has CUDA but sees no GPU "
+                               "(driver, container --gpus, or CUDA_VISIBLE_DEVICES).")
+    assert "CPU build" not in decision.reason

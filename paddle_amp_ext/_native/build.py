@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 ENV_SWITCH = "PADDLE_AMP_EXT_NATIVE"
 ENV_CACHE = "PADDLE_AMP_EXT_CACHE_DIR"
+ENV_SYSTEM = "PADDLE_AMP_EXT_SYSTEM_KERNEL_DIR"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp16round.c")
 _OFF = ("0", "false", "off", "no")
 _ON = ("", "1", "true", "on", "yes")
@@ -131,21 +132,34 @@ _FAILURES = (*_LOAD_FAILURES, subprocess.SubprocessError)
 
 
 def build_description() -> Dict[str, str]:
-    """What a build depends on besides the compiler: the source's digest, the flags, the machine."""
+    """What a build depends on besides the compiler: the source's digest, the flags, the machine
+    and the Python that loads it (its ABI tag)."""
     with open(SOURCE, "rb") as handle:
         source = hashlib.sha256(handle.read()).hexdigest()
-    return {"source_sha256": source, "flags": " ".join(_FLAGS), "machine": f"{sys.platform} {platform.machine()}"}
+    return {"source_sha256": source, "flags": " ".join(_FLAGS), "machine": f"{sys.platform} {platform.machine()}",
+            "python": sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag or "unknown"}
 
 
-def library_name() -> str:
-    """The cached file's name: changes with the source, the flags and the machine, not with the
-    compiler (a library built where there is one loads where there is none)."""
-    key = hashlib.sha256(json.dumps(build_description(), sort_keys=True).encode()).hexdigest()
-    return f"fp16round-{key[:16]}.so"
+def _key(data: Any, length: int) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:length]
+
+
+def library_prefix() -> str:
+    """The start of every cached file name for this build (:func:`build_description`)."""
+    return f"fp16round-{_key(build_description(), 16)}-"
+
+
+def library_name(identity: str) -> str:
+    """The cached file's name: changes with the source, the flags, the machine, the Python ABI and
+    the compiler (its path and ``--version``), so two Pythons or two compilers sharing one cache
+    folder keep a library each instead of building over each other's."""
+    return f"{library_prefix()}{_key(identity, 12)}.so"
 
 
 def compiler_identity(cc: List[str]) -> str:
-    """The command and the first line of its ``--version`` (one subprocess), as recorded with a build."""
+    """The compiler's resolved path, its arguments and the first line of its ``--version`` (one
+    subprocess), as recorded with a build and hashed into its name."""
+    cc = [os.path.realpath(shutil.which(cc[0]) or cc[0]), *cc[1:]]
     try:
         proc = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
         lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
@@ -174,6 +188,26 @@ def _compile(cc: List[str], target: str, identity: str) -> Kernel:
     return kernel
 
 
+def _candidates(folder: str, identity: Optional[str]) -> List[str]:
+    """The libraries in ``folder`` this process may load: the one of this compiler, or, with no
+    compiler (``identity`` None), any built for this build description (newest first)."""
+    if identity is not None:
+        return [os.path.join(folder, library_name(identity))]
+    prefix = library_prefix()
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".so")]
+    except OSError:
+        return []
+    paths = [os.path.join(folder, n) for n in names]
+    return sorted(paths, key=lambda p: os.lstat(p).st_mtime if os.path.lexists(p) else 0, reverse=True)
+
+
+def _load_verified(path: str, identity: Optional[str]) -> Kernel:
+    """``path`` loaded once :mod:`.trust` accepts it and its record (see :func:`trust.verify`)."""
+    trust.verify(path, build_description(), identity)
+    return _load(path)
+
+
 def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
     """The kernel cached in ``folder`` once it is verified (:mod:`.trust`), else built there once
     (with ``cc``); returns it and the library's path (and why it was built again).
@@ -185,19 +219,20 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
     folder = os.path.realpath(folder)
     if os.path.isdir(folder):
         trust.check_folder(folder)
-    target = os.path.join(folder, library_name())
     identity = None if cc is None else compiler_identity(cc)
     stale = None
-    if os.path.lexists(target):
+    for target in _candidates(folder, identity):
+        if not os.path.lexists(target):
+            continue
         try:
-            trust.verify(target, build_description(), identity)
-            return _load(target), target
+            return _load_verified(target, identity), target
         except UnsupportedCPUError:
             raise
         except _LOAD_FAILURES as exc:  # cut short, damaged, foreign, built otherwise: build it again
-            stale = f"{target} was not loaded: {exc}"
+            stale = stale or f"{target} was not loaded: {exc}"
     if cc is None or identity is None:
         raise BuildError(f"{stale}, and {NO_COMPILER}" if stale else NO_COMPILER)
+    target = os.path.join(folder, library_name(identity))
     os.makedirs(folder, mode=0o700, exist_ok=True)
     trust.check_folder(folder)  # made just now: its parents decide
     try:
@@ -207,6 +242,55 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
             raise
         raise BuildError(f"{stale}; building it again failed: {exc}") from None
     return kernel, target if stale is None else f"{target} (built again: {stale})"
+
+
+def system_dirs() -> List[str]:
+    """Folders searched (never written) before the user's cache: ``$PADDLE_AMP_EXT_SYSTEM_KERNEL_DIR``
+    (``os.pathsep``-separated), then ``<sys.prefix>/share/paddle_amp_ext``. An image builds the
+    kernel there as root (:func:`install_system_kernel`); every uid may then load it."""
+    explicit = [d for d in os.environ.get(ENV_SYSTEM, "").split(os.pathsep) if d]
+    return [*explicit, os.path.join(sys.prefix, "share", "paddle_amp_ext")]
+
+
+def _from_system() -> Optional[Tuple[Kernel, str]]:
+    """A library from :func:`system_dirs` that :mod:`.trust` accepts for any uid (root's or this
+    user's, in folders nobody else can write), or None; a refused one is only logged."""
+    for folder in system_dirs():
+        folder = os.path.realpath(folder)
+        if not os.path.isdir(folder):
+            continue
+        try:
+            trust.check_folder(folder, allow_root=True)
+        except trust.UntrustedError as exc:
+            logger.debug("kernel folder %s is not used: %s", folder, exc)
+            continue
+        for path in _candidates(folder, None):
+            try:
+                trust.verify(path, build_description(), None, allow_root=True)
+                return _load(path), path
+            except _LOAD_FAILURES as exc:
+                logger.debug("%s is not used: %s", path, exc)
+    return None
+
+
+def install_system_kernel(folder: Optional[str] = None) -> NativeStatus:
+    """Build the kernel into ``folder`` (default: the last of :func:`system_dirs`), readable by
+    every uid and writable by this user only; run by an image's build as root (docker/Dockerfile.cpu).
+
+    Returns:
+        Where it was built, or why it was not.
+    """
+    folder = os.path.realpath(folder or system_dirs()[-1])
+    cc = compiler()
+    if cc is None:
+        return NativeStatus(False, NO_COMPILER)
+    os.makedirs(folder, mode=0o755, exist_ok=True)
+    os.chmod(folder, 0o755)
+    try:
+        _, path = _build_in(cc, folder)
+    except _FAILURES as exc:
+        return NativeStatus(False, str(exc))
+    return NativeStatus(True, path)
 
 
 def _load(path: str) -> Kernel:
@@ -239,15 +323,58 @@ def _load(path: str) -> Kernel:
     return kernel
 
 
-def _build() -> Tuple[Optional[Kernel], str]:
+def _not_here() -> Optional[str]:
+    """Why no kernel is tried at all (turned off, not x86), or None."""
     switch = os.environ.get(ENV_SWITCH, "").strip().lower()
     if switch in _OFF:
-        return None, f"turned off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
+        return f"turned off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
     if switch not in _ON:
         logger.warning("%s=%r is not one of 0/1 (or true/false, on/off, yes/no); the native kernel stays on.",
                        ENV_SWITCH, os.environ[ENV_SWITCH])
     if platform.machine().lower() not in _X86:
-        return None, f"no F16C kernel for a {platform.machine()} CPU"
+        return f"no F16C kernel for a {platform.machine()} CPU"
+    return None
+
+
+NOT_BUILT = ("not built yet: it is built at the first fp16 rehearsal in this cache folder "
+             "(python -m paddle_amp_ext.check --build-kernel builds it now)")
+
+
+def cached_status() -> NativeStatus:
+    """What :func:`status` would load without building or writing anything: the kernel already
+    loaded in this process, a verified one in :func:`system_dirs` or the cache folder, or
+    :data:`NOT_BUILT` (``python -m paddle_amp_ext.check`` shows this)."""
+    if _result.cache_info().currsize:
+        return status()
+    reason = _not_here()
+    if reason is not None:
+        return NativeStatus(False, reason)
+    installed = _from_system()
+    if installed is not None:
+        return NativeStatus(True, installed[1])
+    folder = os.path.realpath(cache_dir())
+    cc = compiler()
+    try:
+        trust.check_folder(folder)
+        identity = None if cc is None else compiler_identity(cc)
+        for path in _candidates(folder, identity):
+            if os.path.lexists(path):
+                _load_verified(path, identity)
+                return NativeStatus(True, path)
+    except UnsupportedCPUError as exc:
+        return NativeStatus(False, str(exc))
+    except _LOAD_FAILURES as exc:
+        return NativeStatus(False, f"{NOT_BUILT}; {exc}")
+    return NativeStatus(False, NOT_BUILT if cc is not None else f"{NOT_BUILT}, but {NO_COMPILER}")
+
+
+def _build() -> Tuple[Optional[Kernel], str]:
+    reason = _not_here()
+    if reason is not None:
+        return None, reason
+    installed = _from_system()
+    if installed is not None:
+        return installed
     cc = compiler()
     try:
         return _build_in(cc, cache_dir())

@@ -1,8 +1,9 @@
 """``python -m paddle_amp_ext.check``: the GPU capability report and the AMP verdict.
 
 Collect into a frozen record, render it as text or JSON, return an exit code (the convention of
-:mod:`paddle_amp_ext.cli`): 0 usable (or no ``--require``), 1 not usable for ``--require``,
-2 usage error.
+:mod:`paddle_amp_ext.cli`): 0 usable (or no ``--require``), 1 not usable for ``--require`` (the
+reason on stderr and in ``--json``), 2 usage error, Paddle not installed included. Nothing is
+written: the rehearsal's kernel is only looked up, unless ``--build-kernel`` asks for it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy
 
-from .._native import NativeStatus
-from .._native import status as rounding_status
+from .. import _deferred
+from .._native import NativeStatus, build
 from ..config import AmpConfig
+from ..errors import AmpUnsupportedError
 from ..gate import AmpDecision, DeviceInfo, decide
 from . import FOUND, OK, UsageError, emit, fail, parse
 
@@ -38,6 +40,7 @@ class CheckReport:
     smoke: Optional[str] = None
     device: Optional[DeviceInfo] = None  # the GPU the verdict is for
     rounding: Optional[NativeStatus] = None  # the fp16 rehearsal's rounding kernel
+    requirements: Tuple[Tuple[str, AmpDecision], ...] = ()  # --require fp16/bf16/any: the gate's answer
 
     def to_dict(self) -> dict:
         return {
@@ -125,8 +128,21 @@ def smoke_test(devices: Sequence[DeviceInfo], dtype: str) -> str:
     return f"ok: matmul under auto_cast gave {got}" if got == dtype else f"failed: got {got}, expected {dtype}"
 
 
-def collect(requested: str = "auto", what_if: Optional[DeviceInfo] = None, smoke: bool = False) -> CheckReport:
-    """Probe Paddle and the GPUs; never raises for a failed probe."""
+REQUIRES = {"fp16": "float16", "bf16": "bfloat16", "any": "auto"}
+
+
+def requirement(device: Optional[DeviceInfo], require: str, cuda_version: Optional[str], no_device: str) -> AmpDecision:
+    """The gate's answer for ``--require`` (``fp16``, ``bf16`` or ``any``), without warnings."""
+    try:
+        return decide(device, REQUIRES[require], strict=True, cuda_version=cuda_version, no_device_reason=no_device)
+    except AmpUnsupportedError as exc:
+        return AmpDecision(False, "float32", False, str(exc), REQUIRES[require], fallback=True)
+
+
+def collect(requested: str = "auto", what_if: Optional[DeviceInfo] = None, smoke: bool = False,
+            build_kernel: bool = False) -> CheckReport:
+    """Probe Paddle and the GPUs; never raises for a failed probe. Writes nothing unless
+    ``build_kernel`` (then the rehearsal's kernel is built in its cache if it is not there)."""
     from .. import _compat
     from ..device import _current_index, probe_report
 
@@ -137,8 +153,9 @@ def collect(requested: str = "auto", what_if: Optional[DeviceInfo] = None, smoke
     else:
         devices = report.devices
         device = next((d for d in devices if d.index == _current_index()), None)
-    decision = decide(device, requested, cuda_version=report.cuda_version,
-                      no_device_reason=report.reason or "no CUDA GPU is visible")
+    no_device = report.reason or "no CUDA GPU is visible"
+    decision = decide(device, requested, cuda_version=report.cuda_version, no_device_reason=no_device)
+    requirements = tuple((name, requirement(device, name, report.cuda_version, no_device)) for name in REQUIRES)
     notes = numpy_notes(_compat.PADDLE_VERSION, numpy.__version__) + [f"probe error: {e}" for e in report.errors]
     smoke_text = None
     if smoke:
@@ -155,7 +172,8 @@ def collect(requested: str = "auto", what_if: Optional[DeviceInfo] = None, smoke
         what_if=what_if is not None,
         smoke=smoke_text,
         device=device,
-        rounding=rounding_status(),
+        rounding=build.status() if build_kernel else build.cached_status(),
+        requirements=requirements,
     )
 
 
@@ -196,14 +214,12 @@ def render(report: CheckReport) -> str:
     return "\n".join(lines)
 
 
-def usable(report: CheckReport, require: Optional[str]) -> bool:
+def unmet(report: CheckReport, require: Optional[str]) -> Optional[str]:
+    """Why ``--require`` is not met (``--require bf16: ...``), or None when it is (or was not asked)."""
     if require is None:
-        return True
-    d = report.device
-    if d is None:
-        return False
-    bf16 = report.decision.dtype == "bfloat16" or (d.supports_bf16 and report.decision.enabled)
-    return {"fp16": d.supports_fp16, "bf16": bf16, "any": d.supports_fp16}[require]
+        return None
+    decision = dict(report.requirements)[require]
+    return None if decision.enabled else f"--require {require} is not met: {decision.reason}"
 
 
 def list_ops(dtype: str, level: str, config: Optional[AmpConfig], config_path: Optional[str] = None) -> dict:
@@ -228,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m paddle_amp_ext.check",
         description="GPU capability report and AMP verdict for PaddlePaddle.",
-        epilog="Exit codes: 0 usable (or no --require), 1 not usable for --require, 2 usage error.",
+        epilog="Exit codes: 0 usable (or no --require), 1 not usable for --require (why: on stderr), "
+               "2 usage error or Paddle not installed.",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--require", choices=("fp16", "bf16", "any"),
@@ -236,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--what-if", metavar="NAME:CC[:MEM_GB]",
                         help="evaluate the gate for a GPU that is not present, e.g. 'Tesla T4:7.5:16'")
     parser.add_argument("--smoke", action="store_true", help="run a tiny auto_cast matmul on the GPU")
+    parser.add_argument("--build-kernel", action="store_true",
+                        help="build the fp16 rehearsal's rounding kernel in its cache now if it is not there "
+                             "(without it, check writes nothing)")
     parser.add_argument("--list-ops", action="store_true", help="print the effective white/black op lists")
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"),
                         help="dtype for --list-ops (default float16)")
@@ -246,24 +266,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit codes: 0 usable (or no ``--require``), 1 not usable for ``--require``, 2 usage error."""
+    """Exit codes: 0 usable (or no ``--require``), 1 not usable for ``--require``, 2 usage error
+    (Paddle not installed included)."""
     parser = build_parser()
     try:
         args = parse(parser, argv)
         config = _read_config(args.config)
         what_if = parse_what_if(args.what_if) if args.what_if is not None else None
-    except UsageError as exc:
-        return fail(parser.prog, str(exc))
-    except ValueError as exc:
+        _require_paddle()
+    except (UsageError, ValueError) as exc:
         return fail(parser.prog, str(exc))
     if args.list_ops:
         ops = list_ops(args.dtype, args.level, config, args.config)
         emit(ops, render_ops(ops), args.json)
         return OK
     requested = "auto" if config is None else (config.dtype if config.enable else "float32")
-    report = collect(requested=requested, what_if=what_if, smoke=args.smoke)
-    emit(report.to_dict(), render(report), args.json)
-    return OK if usable(report, args.require) else FOUND
+    report = collect(requested=requested, what_if=what_if, smoke=args.smoke, build_kernel=args.build_kernel)
+    why_not = unmet(report, args.require)
+    data = report.to_dict()
+    if args.require is not None:
+        data["require"] = {"name": args.require, "met": why_not is None, "reason": why_not}
+    emit(data, render(report), args.json)
+    if why_not is not None:
+        print(f"{parser.prog}: {why_not}", file=sys.stderr, flush=True)
+        return FOUND
+    return OK
+
+
+def _require_paddle() -> None:
+    """Raise :class:`UsageError` naming what is missing when paddle cannot be imported."""
+    try:
+        import paddle  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"PaddlePaddle cannot be imported ({exc}). {_deferred.INSTALL_PADDLE}") from None
 
 
 def _read_config(path: Optional[str]) -> Optional[AmpConfig]:
