@@ -11,8 +11,9 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
 
 - ``PADDLE_AMP_EXT_NATIVE=0`` (or ``false``/``off``/``no``) turns it off;
 - a CPU other than x86 with F16C (e.g. aarch64), or no C compiler (``CC``, then Python's
-  compiler, then ``cc``) and no library built before (a cache folder may hold one built on
-  another machine of the same kind: ``docker/Dockerfile.cpu`` builds it, then drops gcc);
+  compiler, then ``cc``) and no library built before (a system folder, :func:`system_dirs`, may
+  hold one built as root for every uid: ``docker/Dockerfile.cpu`` builds it there with
+  :func:`install_system_kernel`, then drops gcc);
 - no usable cache folder and no temporary folder (the kernel is built in
   ``$PADDLE_AMP_EXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/paddle_amp_ext`` or
   ``~/.cache/paddle_amp_ext``; failing that in a private temporary folder removed after
@@ -24,6 +25,12 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
 The bfloat16 kernel (integer round-to-nearest-even on the bit pattern, AVX2 where the CPU has it)
 is built and loaded with the float16 one, from the same file, under the same conditions. Both
 use AVX-512F where the CPU and the OS have it (:func:`vector_bits`).
+
+Cached libraries are named by what they were built from: the source, the flags, the machine, the
+Python ABI and the compiler (its resolved path and ``--version``), so two Python installs sharing
+one HOME keep one library each instead of building over each other's. Without a compiler, any
+library of this build (source, flags, machine, ABI) is taken. System folders are looked into
+first and never written.
 
 A cached library is loaded only after :mod:`.trust` has checked it: a folder and file nobody but
 this user could have written (a cache folder others can write is not even looked into: the
@@ -137,7 +144,7 @@ def build_description() -> Dict[str, str]:
     with open(SOURCE, "rb") as handle:
         source = hashlib.sha256(handle.read()).hexdigest()
     return {"source_sha256": source, "flags": " ".join(_FLAGS), "machine": f"{sys.platform} {platform.machine()}",
-            "python": sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag or "unknown"}
+            "python": f"{sys.implementation.cache_tag}{getattr(sys, 'abiflags', '')}"}
 
 
 def _key(data: Any, length: int) -> str:

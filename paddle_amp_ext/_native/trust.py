@@ -13,6 +13,11 @@ at it, so a library is loaded only when
   compiler is present, that compiler's identity (a library built where a compiler was loads
   where there is none, as in ``docker/Dockerfile.cpu``).
 
+In a system folder (``PADDLE_AMP_EXT_SYSTEM_KERNEL_DIR``, ``<sys.prefix>/share/paddle_amp_ext``,
+read only) root's files count as the user's (``allow_root``): an image's build made them as root,
+and root could replace the interpreter itself; nobody else's are accepted, and the folder itself
+must not be writable by others even when sticky.
+
 A digest read beside the library guards against files cut short or damaged (a truncated library
 kills the process with SIGBUS when it is mapped), not against the user themselves: only the user
 can write there. POSIX only: on Windows (no owners in ``os.stat``) every folder is refused.
