@@ -64,11 +64,11 @@ def kernel_name() -> str:
 
 def no_compiler(monkeypatch, tmp_path) -> None:
     """No C compiler for the native kernel's build: an empty PATH, no CC, none from sysconfig."""
-    from paddle_amp_ext._native import build
+    from paddle_amp_ext._native import build, cache
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setattr(build.sysconfig, "get_config_var", lambda name: None)
+    monkeypatch.setattr(cache.sysconfig, "get_config_var", lambda name: None)
     assert build.compiler() is None
 
 

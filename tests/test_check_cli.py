@@ -204,3 +204,46 @@ def test_console_script_is_installed():
     proc = subprocess.run([str(exe), "--json"], capture_output=True, text=True, timeout=120,
                           env={**os.environ})
     assert proc.returncode == 0 and json.loads(proc.stdout)["decision"]
+
+
+@pytest.mark.parametrize("what_if, kind, dtype_30, dtype_26", [
+    ("xpu:2", "xpu", "float16", "float16"),
+    ("XPU:xpu3", "xpu", "bfloat16", "float16"),
+    ("custom:npu", "custom", "bfloat16", "float16"),
+    ("custom:MLU", "custom", "float16", "float16"),
+    ("rocm:MI250X:9.0", "rocm", "bfloat16", "float16"),
+])
+def test_what_if_for_rocm_xpu_and_custom_devices_gives_paddles_verdict(what_if, kind, dtype_30, dtype_26, capsys):
+    from paddle_amp_ext._compat import PADDLE_VERSION
+
+    expected = dtype_30 if PADDLE_VERSION[0] >= 3 else dtype_26
+    code = main(["--json", "--what-if", what_if, "--require", "bf16"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == (0 if expected == "bfloat16" else 1)
+    assert data["what_if"] is True and data["devices"] == [] and data["decision"]["dtype"] == expected
+    assert data["accelerator"]["kind"] == kind and data["accelerator"]["bf16"] == (expected == "bfloat16")
+    assert "python/paddle/amp/auto_cast.py" in data["accelerator"]["rule"]
+    assert data["require"]["met"] == (expected == "bfloat16")
+    main(["--what-if", what_if])
+    out = capsys.readouterr().out
+    assert "Devices (what-if, not present)" in out and f"Verdict: {expected}" in out
+
+
+def test_a_probed_accelerator_is_reported_with_paddles_rule(monkeypatch, capsys):
+    from paddle_amp_ext import device
+    from paddle_amp_ext.backends import Accelerator
+
+    monkeypatch.setattr(device, "probe_accelerator", lambda: Accelerator("custom", index=1, device_type="npu"))
+    main(["--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["accelerator"]["device_type"] == "npu" and data["accelerator"]["index"] == 1
+    assert data["probe_reason"] is None and "custom device npu:1" in data["decision"]["reason"]
+
+    def broken():
+        raise RuntimeError("Paddle could not describe its custom device: boom")
+
+    monkeypatch.setattr(device, "probe_accelerator", broken)
+    main(["--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["accelerator"] is None
+    assert "probe error: Paddle could not describe its custom device: boom" in data["notes"]

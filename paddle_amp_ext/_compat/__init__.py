@@ -61,12 +61,12 @@ from .tracer import (
     amp_state_dtype,
     autocast_enabled,
     default_op_lists,
-    gpu_amp_support,
     in_static_mode,
     is_static_value,
     master_grad_hook_due,
     paddle_auto_cast,
     paddle_decorate,
+    place_device,
     place_kind,
     runs_eagerly,
     set_amp_state_dtype,
@@ -74,6 +74,7 @@ from .tracer import (
     tracer_amp_level,
     tracer_op_lists,
     watch_for_sot,
+    xpu_generation,
 )
 
 __all__ = [
@@ -88,7 +89,6 @@ __all__ = [
     "default_op_lists",
     "defined_op_names",
     "first_parameter",
-    "gpu_amp_support",
     "gpu_linear_is_fused",
     "grad_of",
     "hapi_scaler",
@@ -107,6 +107,7 @@ __all__ = [
     "paddle_auto_cast",
     "paddle_decorate",
     "paddle_scaler_view",
+    "place_device",
     "place_kind",
     "registered_op_names",
     "replicated",
@@ -121,6 +122,7 @@ __all__ = [
     "static_amp_supported",
     "tracer_amp_level",
     "tracer_op_lists",
+    "xpu_generation",
     "watch_for_sot",
     "unscale",
 ]

@@ -46,29 +46,33 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import json
 import logging
 import os
 import platform
-import shlex
 import shutil
 import subprocess
-import sys
-import sysconfig
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._log import warn_once
-from . import probes, trust
+from . import cache, probes, trust
+from .cache import (  # noqa: F401 - the cache's names, as callers and tests know them (build.X)
+    ENV_CACHE,
+    ENV_SYSTEM,
+    SOURCE,
+    build_description,
+    cache_dir,
+    compiler,
+    compiler_identity,
+    library_name,
+    library_prefix,
+    system_dirs,
+)
 
 logger = logging.getLogger(__name__)
 
 ENV_SWITCH = "PADDLE_AMP_EXT_NATIVE"
-ENV_CACHE = "PADDLE_AMP_EXT_CACHE_DIR"
-ENV_SYSTEM = "PADDLE_AMP_EXT_SYSTEM_KERNEL_DIR"
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp16round.c")
 _OFF = ("0", "false", "off", "no")
 _ON = ("", "1", "true", "on", "yes")
 _X86 = ("x86_64", "amd64", "i386", "i686", "x86")
@@ -92,25 +96,6 @@ class BuildError(RuntimeError):
     """The kernel could not be built or loaded; the message says why."""
 
 
-def compiler() -> Optional[List[str]]:
-    """The C compiler command: ``$CC``, else Python's own compiler, else ``cc``; None if absent."""
-    for text in (os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "", "cc"):
-        words = shlex.split(text)
-        if words and shutil.which(words[0]):
-            return words
-    return None
-
-
-def cache_dir() -> str:
-    """Where built kernels are kept (see the module docstring)."""
-    explicit = os.environ.get(ENV_CACHE)
-    if explicit:
-        return explicit
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "paddle_amp_ext")
-
-
-_FLAGS = ("-O2", "-shared", "-fPIC")
 NO_COMPILER = "no C compiler found (set CC, or install gcc)"
 
 #: The library's functions: name -> (restype, argtypes). A library lacking one is not used;
@@ -138,43 +123,6 @@ _LOAD_FAILURES = (BuildError, trust.UntrustedError, OSError, AttributeError, Val
 _FAILURES = (*_LOAD_FAILURES, subprocess.SubprocessError)
 
 
-def build_description() -> Dict[str, str]:
-    """What a build depends on besides the compiler: the source's digest, the flags, the machine
-    and the Python that loads it (its ABI tag)."""
-    with open(SOURCE, "rb") as handle:
-        source = hashlib.sha256(handle.read()).hexdigest()
-    return {"source_sha256": source, "flags": " ".join(_FLAGS), "machine": f"{sys.platform} {platform.machine()}",
-            "python": f"{sys.implementation.cache_tag}{getattr(sys, 'abiflags', '')}"}
-
-
-def _key(data: Any, length: int) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:length]
-
-
-def library_prefix() -> str:
-    """The start of every cached file name for this build (:func:`build_description`)."""
-    return f"fp16round-{_key(build_description(), 16)}-"
-
-
-def library_name(identity: str) -> str:
-    """The cached file's name: changes with the source, the flags, the machine, the Python ABI and
-    the compiler (its path and ``--version``), so two Pythons or two compilers sharing one cache
-    folder keep a library each instead of building over each other's."""
-    return f"{library_prefix()}{_key(identity, 12)}.so"
-
-
-def compiler_identity(cc: List[str]) -> str:
-    """The compiler's resolved path, its arguments and the first line of its ``--version`` (one
-    subprocess), as recorded with a build and hashed into its name."""
-    cc = [os.path.realpath(shutil.which(cc[0]) or cc[0]), *cc[1:]]
-    try:
-        proc = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
-        lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
-    except (OSError, subprocess.SubprocessError):
-        lines = []
-    return f"{' '.join(cc)}: {lines[0] if lines else 'no --version'}"
-
-
 def _compile(cc: List[str], target: str, identity: str) -> Kernel:
     """Compile to a temporary name in ``target``'s folder, load and probe that file, record its
     digest, then rename it to ``target``: concurrent builds (one per rank of a launch) never see
@@ -182,12 +130,12 @@ def _compile(cc: List[str], target: str, identity: str) -> Kernel:
     handle, partial = tempfile.mkstemp(prefix=".fp16round-", suffix=".so", dir=os.path.dirname(target))
     os.close(handle)
     try:
-        proc = subprocess.run([*cc, *_FLAGS, "-o", partial, SOURCE], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([*cc, *cache.FLAGS, "-o", partial, SOURCE], capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise BuildError(f"{' '.join(cc)} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         os.chmod(partial, 0o755)  # whatever the umask: writable by this user only
         kernel = _load(partial)
-        trust.write_record(partial, {**build_description(), "compiler": identity}, trust.record_path(target))
+        trust.write_record(partial, {**cache.build_description(), "compiler": identity}, trust.record_path(target))
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):
@@ -195,23 +143,9 @@ def _compile(cc: List[str], target: str, identity: str) -> Kernel:
     return kernel
 
 
-def _candidates(folder: str, identity: Optional[str]) -> List[str]:
-    """The libraries in ``folder`` this process may load: the one of this compiler, or, with no
-    compiler (``identity`` None), any built for this build description (newest first)."""
-    if identity is not None:
-        return [os.path.join(folder, library_name(identity))]
-    prefix = library_prefix()
-    try:
-        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".so")]
-    except OSError:
-        return []
-    paths = [os.path.join(folder, n) for n in names]
-    return sorted(paths, key=lambda p: os.lstat(p).st_mtime if os.path.lexists(p) else 0, reverse=True)
-
-
 def _load_verified(path: str, identity: Optional[str]) -> Kernel:
     """``path`` loaded once :mod:`.trust` accepts it and its record (see :func:`trust.verify`)."""
-    trust.verify(path, build_description(), identity)
+    trust.verify(path, cache.build_description(), identity)
     return _load(path)
 
 
@@ -226,9 +160,9 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
     folder = os.path.realpath(folder)
     if os.path.isdir(folder):
         trust.check_folder(folder)
-    identity = None if cc is None else compiler_identity(cc)
+    identity = None if cc is None else cache.compiler_identity(cc)
     stale = None
-    for target in _candidates(folder, identity):
+    for target in cache.candidates(folder, identity):
         if not os.path.lexists(target):
             continue
         try:
@@ -239,7 +173,7 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
             stale = stale or f"{target} was not loaded: {exc}"
     if cc is None or identity is None:
         raise BuildError(f"{stale}, and {NO_COMPILER}" if stale else NO_COMPILER)
-    target = os.path.join(folder, library_name(identity))
+    target = os.path.join(folder, cache.library_name(identity))
     os.makedirs(folder, mode=0o700, exist_ok=True)
     trust.check_folder(folder)  # made just now: its parents decide
     try:
@@ -251,18 +185,10 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
     return kernel, target if stale is None else f"{target} (built again: {stale})"
 
 
-def system_dirs() -> List[str]:
-    """Folders searched (never written) before the user's cache: ``$PADDLE_AMP_EXT_SYSTEM_KERNEL_DIR``
-    (``os.pathsep``-separated), then ``<sys.prefix>/share/paddle_amp_ext``. An image builds the
-    kernel there as root (:func:`install_system_kernel`); every uid may then load it."""
-    explicit = [d for d in os.environ.get(ENV_SYSTEM, "").split(os.pathsep) if d]
-    return [*explicit, os.path.join(sys.prefix, "share", "paddle_amp_ext")]
-
-
 def _from_system() -> Optional[Tuple[Kernel, str]]:
     """A library from :func:`system_dirs` that :mod:`.trust` accepts for any uid (root's or this
     user's, in folders nobody else can write), or None; a refused one is only logged."""
-    for folder in system_dirs():
+    for folder in cache.system_dirs():
         folder = os.path.realpath(folder)
         if not os.path.isdir(folder):
             continue
@@ -271,9 +197,9 @@ def _from_system() -> Optional[Tuple[Kernel, str]]:
         except trust.UntrustedError as exc:
             logger.debug("kernel folder %s is not used: %s", folder, exc)
             continue
-        for path in _candidates(folder, None):
+        for path in cache.candidates(folder, None):
             try:
-                trust.verify(path, build_description(), None, allow_root=True)
+                trust.verify(path, cache.build_description(), None, allow_root=True)
                 return _load(path), path
             except _LOAD_FAILURES as exc:
                 logger.debug("%s is not used: %s", path, exc)
@@ -287,8 +213,8 @@ def install_system_kernel(folder: Optional[str] = None) -> NativeStatus:
     Returns:
         Where it was built, or why it was not.
     """
-    folder = os.path.realpath(folder or system_dirs()[-1])
-    cc = compiler()
+    folder = os.path.realpath(folder or cache.system_dirs()[-1])
+    cc = cache.compiler()
     if cc is None:
         return NativeStatus(False, NO_COMPILER)
     os.makedirs(folder, mode=0o755, exist_ok=True)
@@ -359,12 +285,12 @@ def cached_status() -> NativeStatus:
     installed = _from_system()
     if installed is not None:
         return NativeStatus(True, installed[1])
-    folder = os.path.realpath(cache_dir())
-    cc = compiler()
+    folder = os.path.realpath(cache.cache_dir())
+    cc = cache.compiler()
     try:
         trust.check_folder(folder)
-        identity = None if cc is None else compiler_identity(cc)
-        for path in _candidates(folder, identity):
+        identity = None if cc is None else cache.compiler_identity(cc)
+        for path in cache.candidates(folder, identity):
             if os.path.lexists(path):
                 _load_verified(path, identity)
                 return NativeStatus(True, path)
@@ -382,25 +308,25 @@ def _build() -> Tuple[Optional[Kernel], str]:
     installed = _from_system()
     if installed is not None:
         return installed
-    cc = compiler()
+    cc = cache.compiler()
     try:
-        return _build_in(cc, cache_dir())
+        return _build_in(cc, cache.cache_dir())
     except UnsupportedCPUError as exc:
         return None, str(exc)
     except trust.UntrustedError as exc:
         failure = where = f"{exc}: a library there could have been planted, so nothing in it is loaded"
-        warn_once(f"native-untrusted:{cache_dir()}", "fp16 rehearsal kernel cache: %s; %s. Set %s to a "
+        warn_once(f"native-untrusted:{cache.cache_dir()}", "fp16 rehearsal kernel cache: %s; %s. Set %s to a "
                   "folder only you can write.", failure, "building in a private temporary folder"
                   if cc is not None else "no C compiler to build elsewhere", ENV_CACHE)
         if cc is None:
             return None, f"{failure}, and {NO_COMPILER}"
     except _FAILURES as exc:
-        failure, where = str(exc), f"{cache_dir()}: {exc}"
+        failure, where = str(exc), f"{cache.cache_dir()}: {exc}"
         if cc is None:
             return None, failure
     # A folder not writable or not ours, a full disk: once more in a private temporary folder
     # (maybe another file system), removed after loading (the mapping stays).
-    logger.debug("building in %s failed (%s); building in a temporary folder", cache_dir(), failure)
+    logger.debug("building in %s failed (%s); building in a temporary folder", cache.cache_dir(), failure)
     folder = None
     try:
         folder = trust.private_folder()

@@ -42,7 +42,8 @@ class UntrustedError(RuntimeError):
     """A file or folder someone other than the current user could have written; the message says who."""
 
 
-def _who_could_write(info: os.stat_result, what: str, allow_root: bool, sticky_ok: Optional[bool] = None) -> Optional[str]:
+def _who_could_write(info: os.stat_result, what: str, allow_root: bool,
+                     sticky_ok: Optional[bool] = None) -> Optional[str]:
     """Who besides this user (and root, with ``allow_root``) could write ``info``'s file or folder;
     a sticky folder's other writers count only where ``sticky_ok`` (default: ``allow_root``)."""
     uid = os.geteuid()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import kernel_name, require_native_kernel
 
-from paddle_amp_ext._native import build, trust
+from paddle_amp_ext._native import build, cache, trust
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 NOBODY = 65534
@@ -72,7 +72,7 @@ def test_another_python_abi_gets_its_own_file(rebuild, monkeypatch):
     mine = build.status().detail
     build.reset()
     description = build.build_description()
-    monkeypatch.setattr(build, "build_description", lambda: {**description, "python": "cpython-313t"})
+    monkeypatch.setattr(cache, "build_description", lambda: {**description, "python": "cpython-313t"})
     other = build.status().detail
     assert other != mine and os.path.exists(mine) and os.path.exists(other)
     assert json.loads(Path(other[:-3] + ".json").read_text())["python"] == "cpython-313t"
