@@ -34,6 +34,7 @@ else:
     from .device import probe
     from .errors import AmpOverflowError, AmpUnsupportedError
     from .events import StepEvent, StepResult
+    from .backends import Accelerator
     from .gate import AmpDecision, DeviceInfo, decide
     from .guard import OptimizerGuard, guard_optimizer
     from .integrations import hapi_amp_configs, route, routed, unroute
@@ -69,6 +70,7 @@ else:
 
 
     __all__ = [
+        "Accelerator",
         "AmpConfig",
         "AmpScaler",
         "AmpDecision",
