@@ -30,11 +30,11 @@ else:
 
     from . import debugging
     from .autocast import auto_cast, decorate, is_bfloat16_supported, is_float16_supported
+    from .backends import Accelerator
     from .config import AmpConfig
     from .device import probe
     from .errors import AmpOverflowError, AmpUnsupportedError
     from .events import StepEvent, StepResult
-    from .backends import Accelerator
     from .gate import AmpDecision, DeviceInfo, decide
     from .guard import OptimizerGuard, guard_optimizer
     from .integrations import hapi_amp_configs, route, routed, unroute
