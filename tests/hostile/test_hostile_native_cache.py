@@ -199,3 +199,38 @@ def test_install_system_kernel_without_a_compiler_says_so(tmp_path, monkeypatch)
     no_compiler(monkeypatch, tmp_path)
     assert build.install_system_kernel(str(tmp_path / "k")) == build.NativeStatus(False, build.NO_COMPILER)
     assert not (tmp_path / "k").exists()
+
+
+def test_cached_status_never_loads_from_a_folder_others_can_write_and_writes_nothing(tmp_path, monkeypatch):
+    """``check``'s read-only look: a library planted in a world-writable cache is not loaded (its
+    constructor would write the marker), and nothing is built in its place."""
+    from test_native_trust import plant
+
+    cache = tmp_path / "cache"
+    _, marker = plant(tmp_path, cache)
+    cache.chmod(0o777)
+    monkeypatch.setenv(build.ENV_CACHE, str(cache))
+    monkeypatch.setenv(build.ENV_SYSTEM, str(tmp_path / "none"))
+    build.reset()
+    before = sorted(os.listdir(cache))
+    current = build.cached_status()
+    assert not marker.exists() and not current.available
+    assert current.detail == f"{build.NOT_BUILT}; {cache} is writable by everyone (mode 777)"
+    assert sorted(os.listdir(cache)) == before
+
+
+@pytest.mark.parametrize("what", ["a file", "a dangling link", "a fifo", "missing"])
+def test_cached_status_with_odd_cache_and_system_paths_says_not_built(tmp_path, monkeypatch, what):
+    odd = tmp_path / "odd"
+    if what == "a file":
+        odd.write_text("not a folder")
+    elif what == "a dangling link":
+        odd.symlink_to(tmp_path / "nowhere")
+    elif what == "a fifo":
+        os.mkfifo(odd)
+    monkeypatch.setenv(build.ENV_CACHE, str(odd))
+    monkeypatch.setenv(build.ENV_SYSTEM, os.pathsep.join([str(odd), "", str(tmp_path / "none")]))
+    build.reset()
+    current = build.cached_status()
+    assert not current.available and current.detail.startswith(build.NOT_BUILT)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if what == "missing" else ["odd"])
