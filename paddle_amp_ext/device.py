@@ -134,7 +134,11 @@ def device_decision(kind: str, requested: str, strict: bool = False) -> AmpDecis
 
 @functools.cache
 def current_decision(requested: str = "auto", strict: bool = False) -> AmpDecision:
-    """The gate's decision for the current GPU, made once per process and request."""
+    """The gate's decision for the current device, made once per process and request (an XPU or
+    custom device: Paddle's own rule, as :func:`device_decision`)."""
+    kind = _compat.place_kind()
+    if kind in ("xpu", "custom"):
+        return device_decision(kind, requested, strict)
     if paddle.is_compiled_with_rocm():  # Paddle's own rule, not a CUDA compute capability
         return decide(probe_accelerator("gpu"), requested, strict=strict, paddle_version=_compat.PADDLE_VERSION,
                       no_device_reason="Paddle is a ROCm build but sees no GPU")

@@ -245,3 +245,20 @@ def test_a_device_paddle_cannot_describe_is_named(monkeypatch):
 
 def test_a_cpu_place_has_no_accelerator():
     assert device_module.probe_accelerator("cpu") is None
+
+
+@pytest.mark.parametrize("device_type, scaling_30", [("npu", False), ("mlu", True)])
+def test_the_scalers_auto_follows_the_same_rule_on_a_custom_device(monkeypatch, device_type, scaling_30):
+    """GradScaler(enable="auto") and auto_cast(dtype="auto") agree: loss scaling exactly where the
+    verdict is float16 (3.x: bfloat16 on an NPU, so no scaling; 2.6: float16 everywhere)."""
+    monkeypatch.setattr(device_module._compat, "place_kind", lambda: "custom")
+    monkeypatch.setattr(device_module._compat, "place_device", lambda: (0, device_type))
+    device_module.current_decision.cache_clear()
+    try:
+        decision = device_module.current_decision("auto")
+        scaler = amp.GradScaler(enable="auto")
+    finally:
+        device_module.current_decision.cache_clear()
+    expected = scaling_30 if PADDLE_VERSION[0] >= 3 else True
+    assert decision.use_loss_scaling is expected and f"custom device {device_type}:0" in decision.reason
+    assert scaler.is_enable() is expected
