@@ -18,19 +18,19 @@ from . import _deferred
 
 if _deferred.starting_run():  # python -m paddle_amp_ext.run: the script imports paddle first (issue 30)
     __getattr__ = _deferred.deferred_getattr
+elif _deferred.check_without_paddle():
+    pass  # python -m paddle_amp_ext.check says itself that Paddle is missing (exit code 2, no traceback)
 else:
     try:
         import paddle as _paddle  # noqa: F401
     except ImportError as _exc:  # pragma: no cover - exercised by a subprocess test
         raise ImportError(
-            "paddle-amp-ext needs PaddlePaddle, which is not installed. Install it with the extra "
-            "for your machine: pip install 'paddle-amp-ext[gpu]' (paddlepaddle-gpu) or "
-            "'paddle-amp-ext[cpu]' (paddlepaddle); in the official Paddle Docker image it is "
-            "already there."
+            "paddle-amp-ext needs PaddlePaddle, which is not installed. " + _deferred.INSTALL_PADDLE
         ) from _exc
 
     from . import debugging
     from .autocast import auto_cast, decorate, is_bfloat16_supported, is_float16_supported
+    from .backends import Accelerator
     from .config import AmpConfig
     from .device import probe
     from .errors import AmpOverflowError, AmpUnsupportedError
@@ -70,6 +70,7 @@ else:
 
 
     __all__ = [
+        "Accelerator",
         "AmpConfig",
         "AmpScaler",
         "AmpDecision",

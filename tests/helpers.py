@@ -55,13 +55,20 @@ def require_native_kernel() -> None:
         pytest.skip(str(current))
 
 
+def kernel_name() -> str:
+    """The native kernel's cached file name for this machine's C compiler."""
+    from paddle_amp_ext._native import build
+
+    return build.library_name(build.compiler_identity(build.compiler()))
+
+
 def no_compiler(monkeypatch, tmp_path) -> None:
     """No C compiler for the native kernel's build: an empty PATH, no CC, none from sysconfig."""
-    from paddle_amp_ext._native import build
+    from paddle_amp_ext._native import build, cache
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setattr(build.sysconfig, "get_config_var", lambda name: None)
+    monkeypatch.setattr(cache.sysconfig, "get_config_var", lambda name: None)
     assert build.compiler() is None
 
 

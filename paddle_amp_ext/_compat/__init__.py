@@ -69,12 +69,12 @@ from .tracer import (
     amp_state_dtype,
     autocast_enabled,
     default_op_lists,
-    gpu_amp_support,
     in_static_mode,
     is_static_value,
     master_grad_hook_due,
     paddle_auto_cast,
     paddle_decorate,
+    place_device,
     place_kind,
     runs_eagerly,
     set_amp_state_dtype,
@@ -82,6 +82,7 @@ from .tracer import (
     tracer_amp_level,
     tracer_op_lists,
     watch_for_sot,
+    xpu_generation,
 )
 
 __all__ = [
@@ -94,7 +95,6 @@ __all__ = [
     "autocast_enabled",
     "default_op_lists",
     "first_parameter",
-    "gpu_amp_support",
     "gpu_linear_is_fused",
     "grad_of",
     "hapi_scaler",
@@ -117,6 +117,7 @@ __all__ = [
     "paddle_auto_cast",
     "paddle_decorate",
     "paddle_scaler_view",
+    "place_device",
     "place_kind",
     "replicated",
     "runs_eagerly",
@@ -130,6 +131,7 @@ __all__ = [
     "static_amp_supported",
     "tracer_amp_level",
     "tracer_op_lists",
+    "xpu_generation",
     "watch_for_sot",
     "unscale",
 ]
