@@ -62,7 +62,7 @@ class _GuardScaler(GradScaler):
     def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, judged: list, in_step: bool) -> bool:
         return False  # the intercepted call applies the step: the flag is agreed before it
 
-    def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any) -> None:
+    def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any, strategy: Any) -> None:
         method, args, kwargs = self.call  # no clip of its own: fleet's step clips as it is built to
         self.returned = method(*args, **kwargs)
 
