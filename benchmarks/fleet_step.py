@@ -252,7 +252,9 @@ def _launch(config: str, steps: int, repeats: int, width: int, vlog: bool = Fals
             kill_tree(proc.pid)
             proc.wait()
             raise
-        if code != 0:
+        # 3.3.1, ap_autodp with Paddle's reshard VLOG on: the launcher dies by SIGABRT after the
+        # workers wrote their result and left (os._exit); the log it was run for is complete
+        if code != 0 and not (vlog and config == "ap_autodp" and os.path.exists(out)):
             raise subprocess.CalledProcessError(code, cmd)
         with open(out) as f, open(os.path.join(tmp, "log", "workerlog.0"), errors="replace") as log:
             return json.load(f), log.read()
