@@ -127,18 +127,22 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
             opt.clear_grad()
         return step
 
-    def paddle_scaled_step():
-        """Paddle's loss-scaled path: its GradScaler through fleet.distributed_scaler, step() and
-        update() (switched on by hand: Paddle's scaler is off on a CPU)."""
+    def paddle_scaler_on():
+        """Paddle's GradScaler, switched on by hand (it is off on a CPU)."""
         from paddle_amp_ext import _compat
 
-        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0))
         scaler = paddle.amp.GradScaler(init_loss_scaling=1024.0)
         _compat.init_scaler_state(scaler, 1024.0)
         scaler._enable = True
         scaler._incr_ratio, scaler._decr_ratio = 2.0, 0.5
         scaler._incr_every_n_steps, scaler._decr_every_n_nan_or_inf = 2000, 1
-        scaler = fleet.distributed_scaler(scaler)
+        return scaler
+
+    def paddle_scaled_step(wrap):
+        """Paddle's loss-scaled path: its GradScaler through ``wrap`` (fleet.distributed_scaler,
+        dist.shard_scaler), step() and update() (switched on by hand: Paddle's scaler is off on a CPU)."""
+        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0))
+        scaler = wrap(paddle_scaler_on())
 
         def step():
             (model(x).pow(2).mean() * 1024.0).backward()
@@ -147,43 +151,11 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
             opt.clear_grad()
         return step
 
-    def ours_scaled_step():
+    def ours_scaled_step(wrap):
         """The package's scaler with loss scaling on (inside fp16_emulation, as on a CPU it must
-        be) through fleet.distributed_scaler, step(grad_clip=1.0)."""
+        be) through ``wrap`` (fleet.distributed_scaler, or none), step(grad_clip=1.0)."""
         model, opt = build(None)
-        scaler = fleet.distributed_scaler(amp.GradScaler(init_loss_scaling=1024.0))
-
-        def step():
-            with amp.fp16_emulation(model, custom_black_list=["matmul"]):
-                scaler.scale(model(x).pow(2).mean()).backward()
-                scaler.step(opt, grad_clip=1.0)
-                scaler.update()
-            opt.clear_grad()
-        return step
-
-    def paddle_shard_scaled_step():
-        """Paddle's loss-scaled auto-parallel path: its GradScaler through dist.shard_scaler."""
-        from paddle_amp_ext import _compat
-
-        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0))
-        scaler = paddle.amp.GradScaler(init_loss_scaling=1024.0)
-        _compat.init_scaler_state(scaler, 1024.0)
-        scaler._enable = True
-        scaler._incr_ratio, scaler._decr_ratio = 2.0, 0.5
-        scaler._incr_every_n_steps, scaler._decr_every_n_nan_or_inf = 2000, 1
-        scaler = dist.shard_scaler(scaler)
-
-        def step():
-            (model(x).pow(2).mean() * 1024.0).backward()
-            scaler.step(opt)
-            scaler.update()
-            opt.clear_grad()
-        return step
-
-    def ours_emulated_step():
-        """The package's scaler inside fp16_emulation, step(grad_clip=1.0), no fleet wrapper."""
-        model, opt = build(None)
-        scaler = amp.GradScaler(init_loss_scaling=1024.0)
+        scaler = wrap(amp.GradScaler(init_loss_scaling=1024.0))
 
         def step():
             with amp.fp16_emulation(model, custom_black_list=["matmul"]):
@@ -205,10 +177,11 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
 
     variants = {"paddle": paddle_step(), "ours": ours_step(False), "ours_own_clip": ours_step(True)}
     if auto_dp:
-        counted_only = {"paddle_scaled": paddle_shard_scaled_step(), "ours_scaled": ours_emulated_step(),
-                        "ours_guard": guard_step()}
+        counted_only = {"paddle_scaled": paddle_scaled_step(dist.shard_scaler),
+                        "ours_scaled": ours_scaled_step(lambda scaler: scaler), "ours_guard": guard_step()}
     else:
-        counted_only = {} if auto else {"paddle_scaled": paddle_scaled_step(), "ours_scaled": ours_scaled_step()}
+        counted_only = {} if auto else {"paddle_scaled": paddle_scaled_step(fleet.distributed_scaler),
+                                        "ours_scaled": ours_scaled_step(fleet.distributed_scaler)}
     per_step = {}
     for name, fn in {**variants, **counted_only}.items():
         fn()  # warm

@@ -23,8 +23,10 @@ a skipped ``minimize`` returns ``(None, None)``, as ``scaler.minimize`` does.
 
 Cost per step: one fused squared-norm kernel per gradient, and one device-to-host read of whether
 the norm is finite (a host sync per step, the one loss scaling makes anyway); with several
-processes, one MAX all-reduce of that flag (default process group) before the read, so every rank
-makes the same decision and none waits in a collective the others skipped. Paddle's optimizers
+processes, where the ranks' flags can differ, one MAX all-reduce of that flag before the read (the
+optimizer's skip strategy, :mod:`paddle_amp_ext.distributed.skip`: over the world, or over the
+mesh under auto-dp), so every rank makes the same decision and none waits in a collective the
+others skipped. Paddle's optimizers
 also honour a ``found_inf`` auxiliary variable (``_set_auxiliary_var``), but it would save no
 sync (read in Paddle 2.6.2 and 3.3.1): in dygraph ``Optimizer._create_optimization_pass`` and the
 multi-tensor path of Adam/AdamW/Momentum read it on the host (``if found_inf:``), the dygraph

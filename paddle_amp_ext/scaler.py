@@ -25,7 +25,11 @@ scalers). Under fleet the clip runs inside the optimizer's step, on the reduced 
 optimizer's own), with loss scaling on or off, the skip decision rides on the clip's reduced
 norm: no found_inf all-reduce, one collective fewer than Paddle's path. Auto-parallel
 DistTensor flags and norms are already global (Paddle's SPMD rules reduced them): no collective
-of ours runs on them.
+of ours runs on them. Under auto-dp (``dist.enable_auto_dp()``) each rank's gradient is its own
+addend until the step: the clip runs inside the step and the decision rides on its norm, or the
+flag is reduced once. The decision per layout: :mod:`paddle_amp_ext.distributed.skip`; the step
+path itself: :mod:`paddle_amp_ext.scaler_step`; ``update()`` and the hooks:
+:mod:`paddle_amp_ext.scaler_hooks`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Optional
 
 from ..._compat import fleet as _fleet
 from ..clips import LocalNormClip
-from ..flags import Flag
+from ..flags import Flag, all_reduce_max
 from ..layout import Layout
 
 
@@ -70,3 +70,15 @@ def agreed_by_scaler(scaler: Optional[Any]) -> bool:
     """Whether fleet (or ``dist.shard_scaler``) replaced the scaler's ``_unscale`` by one that
     agrees found_inf itself: no second collective is needed (attribute reads only)."""
     return scaler is not None and _fleet.unscale_reduces_found_inf(scaler)
+
+
+class ReducedInStep(SkipStrategy):
+    """A layout whose ``optimizer.step()`` reduces the gradients (fleet's hybrid, stage 2/3):
+    before it a rank holds its own unreduced gradient or its share, so its flag is agreed by one
+    MAX all-reduce over the world (none where fleet's ``_unscale`` agreed it), and the clip runs
+    inside the step."""
+
+    clips_in_step = True
+
+    def agree(self, flag: Flag, optimizer: Any, scaler: Optional[Any] = None) -> Flag:
+        return flag if agreed_by_scaler(scaler) else all_reduce_max(flag)

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from ..flags import Flag, all_reduce_max
-from .base import SkipStrategy, agreed_by_scaler
+from .data_parallel import DataParallel
 
 
-class SingleProcess(SkipStrategy):
-    """One process (no default process group, or a world of one): nothing to agree."""
+class SingleProcess(DataParallel):
+    """One process (no default process group, or a world of one): nothing to agree. Agrees as
+    :class:`DataParallel` does, which in a world of one runs no collective (and stays right if a
+    process group of several appears after the strategy was chosen)."""
 
     name = "single"
     gradients = "the gradient the optimizer applies"
-
-    def agree(self, flag: Flag, optimizer: Any, scaler: Optional[Any] = None) -> Flag:
-        if agreed_by_scaler(scaler):
-            return flag
-        return all_reduce_max(flag)  # alone: the flag itself, no collective
