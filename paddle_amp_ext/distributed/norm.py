@@ -51,6 +51,15 @@ def _step_clip(optimizer: Any, clip: Any, parameters: Optional[Iterable[paddle.T
                     skip_nonfinite)
 
 
+def _checked(strategy: Optional[SkipStrategy], optimizer: Any) -> SkipStrategy:
+    if strategy is None:
+        return strategy_of(optimizer)
+    if not isinstance(strategy, SkipStrategy):
+        raise TypeError(f"strategy must be a SkipStrategy (from paddle_amp_ext.distributed.strategy_of(optimizer)) "
+                        f"or None. Received: {strategy!r} (of type {type(strategy).__name__})")
+    return strategy
+
+
 def _step_through(optimizer: Any, step_clip: StepClip) -> StepClip:
     undo = _fleet.swap_clip(optimizer, step_clip)
     try:
@@ -80,11 +89,14 @@ def step_clipped(optimizer: Any, clip: Any, want_norm: bool,
     Returns:
         The global gradient norm before clipping, identical on every rank (a 1-element device
         tensor), or None when neither a clip nor the norm was asked for.
+
+    Raises:
+        TypeError: ``strategy`` is not a ``SkipStrategy`` (before any step).
     """
+    strategy = _checked(strategy, optimizer)
     if clip is None and not want_norm and not isinstance(_fleet.current_clip(optimizer), _fleet.FLEET_CLIPS):
         optimizer.step()
         return None
-    strategy = strategy or strategy_of(optimizer)
     return _step_through(optimizer, _step_clip(optimizer, clip, parameters, strategy, False)).norm
 
 
@@ -121,6 +133,9 @@ def step_unless_nonfinite(optimizer: Any, clip: Any,
 
     Returns:
         (the global norm, identical on every rank; whether it was inf/nan and nothing was updated).
+
+    Raises:
+        TypeError: ``strategy`` is not a ``SkipStrategy`` (before any step).
     """
-    step_clip = _step_through(optimizer, _step_clip(optimizer, clip, None, strategy or strategy_of(optimizer), True))
+    step_clip = _step_through(optimizer, _step_clip(optimizer, clip, None, _checked(strategy, optimizer), True))
     return step_clip.norm, step_clip.skipped

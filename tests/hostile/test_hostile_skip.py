@@ -191,3 +191,36 @@ def test_a_scaler_under_auto_dp_clips_inside_the_step_and_skips_a_nan(auto_dp):
     assert scaler.step(opt, grad_clip=0.1).skipped is True
     scaler.update()
     assert all(np.array_equal(p.numpy(), a) for p, a in zip(model.parameters(), after))
+
+
+# ---------------------------------------------------------------- the strategy given to the step functions
+
+
+@pytest.mark.parametrize("strategy", ["auto_dp", 3, object(), Layout("auto_dp"), AutoDataParallel])
+def test_the_step_functions_refuse_what_is_not_a_strategy_before_stepping(strategy):
+    from paddle_amp_ext.distributed import step_clipped, step_unless_nonfinite
+
+    layer = paddle.nn.Linear(2, 1)
+    opt = _sgd(layer)
+    layer(paddle.ones([1, 2])).sum().backward()
+    before = layer.weight.numpy().copy()
+    with pytest.raises(TypeError, match=r"strategy must be a SkipStrategy .* Received: "):
+        step_unless_nonfinite(opt, paddle.nn.ClipGradByGlobalNorm(1.0), strategy)
+    with pytest.raises(TypeError, match=r"strategy must be a SkipStrategy .* Received: "):
+        step_clipped(opt, None, False, None, strategy)
+    assert np.array_equal(layer.weight.numpy(), before)  # nothing stepped
+
+
+def test_the_step_functions_take_the_strategy_they_are_given():
+    """A strategy handed in decides the recorder: a single-process optimizer stepped with the
+    auto-dp strategy clips through LocalNormClip, as the single-process one does."""
+    from paddle_amp_ext.distributed import step_unless_nonfinite
+
+    layer = paddle.nn.Linear(2, 1)
+    opt = _sgd(layer)
+    layer(paddle.ones([1, 2]) * float("inf")).sum().backward()
+    before = layer.weight.numpy().copy()
+    norm, skipped = step_unless_nonfinite(opt, paddle.nn.ClipGradByGlobalNorm(1.0),
+                                          AutoDataParallel(Layout("auto_dp")))
+    assert skipped is True and not np.isfinite(float(norm.numpy().reshape(-1)[0]))
+    assert np.array_equal(layer.weight.numpy(), before)
