@@ -224,3 +224,13 @@ def test_the_step_functions_take_the_strategy_they_are_given():
                                           AutoDataParallel(Layout("auto_dp")))
     assert skipped is True and not np.isfinite(float(norm.numpy().reshape(-1)[0]))
     assert np.array_equal(layer.weight.numpy(), before)
+
+
+def test_without_an_optimizer_a_disttensor_flag_under_auto_dp_is_reduced_from_its_local_value(auto_dp, monkeypatch):
+    reduced = []
+    real = skip_mod.select.reduce_local_max
+    monkeypatch.setattr(skip_mod.select, "reduce_local_max",
+                        lambda flag, mesh=None: reduced.append(mesh) or real(flag, mesh))
+    flag = dist.shard_tensor(paddle.to_tensor([True]), MESH, [dist.Replicate()])
+    assert bool(agree_found_inf(flag)._local_value().numpy()[0]) is True and reduced == [MESH]
+    assert agree_found_inf(False) is False and reduced == [MESH]  # a host flag: as before (alone: itself)

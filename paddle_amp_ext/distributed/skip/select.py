@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Type
 
+from ..._compat import autoparallel as _ap
+from ..._compat import is_dist
 from .. import flags
 from ..flags import Flag, all_reduce_max, checked_flag
 from ..layout import layout_of
-from .auto_dp import AutoDataParallel
+from .auto_dp import AutoDataParallel, reduce_local_max
 from .auto_parallel import AutoParallel
 from .base import SkipStrategy, agreed_by_scaler
 from .data_parallel import DataParallel
@@ -59,7 +61,8 @@ def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] 
             tensor, or a Python or numpy number (:func:`~paddle_amp_ext.distributed.flags.checked_flag`;
             nonzero and NaN are found).
         optimizer: the optimizer about to step (any of Paddle's or fleet's). None: always agreed
-            (one all-reduce when distributed; a DistTensor flag's pending reduction done).
+            (one all-reduce when distributed; a DistTensor flag's pending reduction done, and
+            under auto-dp its local value reduced over its mesh, whatever its label).
         scaler: a scaler whose found_inf this is; when fleet replaced its ``_unscale`` by one
             that reduces found_inf itself (``fleet.distributed_scaler`` outside plain data
             parallel, ``GroupShardedScaler``, ``dist.shard_scaler``), the flag is already agreed
@@ -74,5 +77,7 @@ def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] 
     """
     flag = checked_flag(flag)
     if optimizer is None:
+        if is_dist(flag) and _ap.auto_dp_enabled():  # its label may be a fake Replicate: reduce the local value
+            return reduce_local_max(flag, flag.process_mesh)
         return flag if agreed_by_scaler(scaler) else all_reduce_max(flag)
     return strategy_of(optimizer).agree(flag, optimizer, scaler)
