@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import paddle
 
 from . import _compat
+from .distributed.skip import AutoDataParallel
 from .events import StepResult
 from .gradients import Pair, applied_grads
 from .scaler import GradScaler
@@ -62,7 +63,14 @@ class _GuardScaler(GradScaler):
         return applied_grads(optimizer, self.parameters if parameters is None else parameters, via=self.via)
 
     def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, judged: list, in_step: bool) -> bool:
-        return False  # the intercepted call applies the step: the flag is agreed before it
+        """Under auto-dp, an intercepted plain ``step()`` rides on the optimizer's own global-norm
+        clip, run inside that step (the re-entered call passes through): no flag all-reduce. Every
+        other call applies the step itself, so its flag is agreed before it."""
+        method, args, kwargs = self.call
+        if (self.via != "step" or args or kwargs or getattr(method, "__name__", "") != "step"
+                or not isinstance(self._strategy(optimizer), AutoDataParallel)):
+            return False
+        return super()._rides_on_norm(optimizer, clip, parameters, judged, in_step)
 
     def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any, strategy: Any) -> None:
         method, args, kwargs = self.call  # no clip of its own: fleet's step clips as it is built to

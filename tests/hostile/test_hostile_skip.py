@@ -234,3 +234,30 @@ def test_without_an_optimizer_a_disttensor_flag_under_auto_dp_is_reduced_from_it
     flag = dist.shard_tensor(paddle.to_tensor([True]), MESH, [dist.Replicate()])
     assert bool(agree_found_inf(flag)._local_value().numpy()[0]) is True and reduced == [MESH]
     assert agree_found_inf(False) is False and reduced == [MESH]  # a host flag: as before (alone: itself)
+
+
+@pytest.mark.parametrize("own_clip, reductions", [(True, 0), (False, 1)])
+def test_the_guard_under_auto_dp_rides_on_the_optimizers_own_clip(auto_dp, monkeypatch, own_clip, reductions):
+    """A guarded plain step() under auto-dp: with the optimizer's global-norm clip the decision is
+    its in-step norm (no flag reduction); without one, the flag is reduced once. The NaN step is
+    skipped either way."""
+    reduced = []
+    real = skip_mod.auto_dp.reduce_local_max
+    monkeypatch.setattr(skip_mod.auto_dp, "reduce_local_max",
+                        lambda flag, mesh=None: reduced.append(mesh) or real(flag, mesh))
+    layer = dist.shard_layer(paddle.nn.Linear(3, 2), MESH)
+    clip = paddle.nn.ClipGradByGlobalNorm(0.1) if own_clip else None
+    opt = dist.shard_optimizer(paddle.optimizer.SGD(learning_rate=0.5, parameters=layer.parameters(), grad_clip=clip))
+    x = dist.shard_tensor(paddle.to_tensor(np.ones((2, 3), "float32")), MESH, [dist.Replicate()])
+    with amp.guard_optimizer(opt) as guard:
+        (layer(x).sum() * float("nan")).backward()
+        before = [p.numpy().copy() for p in layer.parameters()]
+        assert opt.step() is None
+        assert guard.last_step_skipped is True and guard.skipped_steps == 1
+        assert all(np.array_equal(p.numpy(), b, equal_nan=True) for p, b in zip(layer.parameters(), before))
+        opt.clear_grad()
+        layer(x).sum().backward()
+        opt.step()
+        assert guard.last_step_skipped is False
+        assert not all(np.array_equal(p.numpy(), b) for p, b in zip(layer.parameters(), before))
+    assert len(reduced) == 2 * reductions

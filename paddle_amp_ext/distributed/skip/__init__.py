@@ -28,7 +28,8 @@ holds before the step; what agrees a found_inf flag; the reduction the decision 
 inside ``optimizer.step()`` (:func:`~paddle_amp_ext.distributed.step_unless_nonfinite`) and the
 decision is whether its reduced norm is finite: one host read and no flag collective. A
 ``GradScaler`` rides there when loss scaling is off, or on with the gradients not unscaled by
-hand; ``guard_optimizer`` never does (the intercepted call applies the step: its flag is agreed
+hand; ``guard_optimizer`` only under auto-dp, on an intercepted plain ``step()`` with the
+optimizer's own clip (elsewhere the intercepted call applies the step: its flag is agreed
 before it). A new layout is a new file here, a row above and an entry in
 :data:`~paddle_amp_ext.distributed.skip.select.STRATEGIES`.
 """
