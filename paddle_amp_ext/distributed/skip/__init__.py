@@ -30,7 +30,7 @@ decision is whether its reduced norm is finite: one host read and no flag collec
 ``GradScaler`` rides there when loss scaling is off, or on with the gradients not unscaled by
 hand; ``guard_optimizer`` only under auto-dp, on an intercepted plain ``step()`` with the
 optimizer's own clip (elsewhere the intercepted call applies the step: its flag is agreed
-before it). A new layout is a new file here, a row above and an entry in
+before it). A new layout is a new file here, an item above and an entry in
 :data:`~paddle_amp_ext.distributed.skip.select.STRATEGIES`.
 """
 
