@@ -42,11 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     from ..rehearsal.script import run_script
+    from ..scripting import claim_start_entry
 
     try:
         args = parse(build_parser(), argv)
     except UsageError as exc:
         return fail(PROG, str(exc))
+    if argv is None:
+        claim_start_entry()  # the script's folder replaces the command's on sys.path, as python script.py
     if args.advise:
         return _advise(args)
     try:

@@ -13,14 +13,23 @@ skipped steps, loss-scale range, where the logs are, the ``lr.step()`` calls hel
 or as JSON to stdout with ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
 
-The script's import order is its own: ``run`` does not import paddle; the routing is put in
-place when the script first imports paddle (:mod:`paddle_amp_ext.importwatch`). So ``--config``
-is checked up front except its op names, which need Paddle's op registry and are checked at that
-import (a bad one stops the script there, exit 2, with the message ``AmpConfig.from_file`` gives).
-``--logdir`` is made absolute before the script starts (an ``os.chdir`` in it moves nothing).
-Only the process that started prints the summary (a child the script forks returns here too);
-scalers built in threads are routed and counted; children started with ``multiprocessing`` are
-not counted, and a summary without a scaler says so when the script started any.
+The script starts as ``python SCRIPT`` would start it (:mod:`paddle_amp_ext.scripting`: absolute
+``__file__``, a symlink's target folder on ``sys.path``; a folder or zip file runs its
+``__main__.py``; ``-m MODULE ARGS`` runs a module as ``python -m``). Its import order is its own:
+``run`` does not import paddle; the routing is put in place when the script first imports
+paddle, in any thread (:mod:`paddle_amp_ext.importwatch`). So ``--config`` is checked up front
+except its op names, which need Paddle's op registry and are checked at that import (a bad one
+stops the script there, exit 2, with the message ``AmpConfig.from_file`` gives; a thread's
+import fails so, and every later one). ``--logdir`` is made absolute before the script starts
+(an ``os.chdir`` in it moves nothing). The routing stays until the script's non-daemon threads
+have ended, as Python waits for them before it exits. Only the process that started prints the
+summary (a child the script forks returns here too); scalers built in threads are routed and
+counted; ``multiprocessing`` children are counted by start method: a fork child inherits the
+routing (its hooks are closed when it ends), a spawn or forkserver child is a new interpreter,
+not routed, and a summary without a scaler warns about those (Paddle's DataLoader workers are
+not counted as such). With ``--json`` the summary goes on a line of its own to the stdout ``run``
+started with, whatever the script did to ``sys.stdout``. A script that removes the import watch
+from ``sys.meta_path`` before importing paddle runs unrouted, with a warning saying so.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -82,9 +92,12 @@ class LazyVisualDLHook:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Run an unmodified Paddle training script with paddle.amp "
+    parser = argparse.ArgumentParser(prog=PROG, usage="%(prog)s [options] SCRIPT [ARGS...] | -m MODULE [ARGS...]",
+                                     description="Run an unmodified Paddle training script with paddle.amp "
                                      "routed to paddle_amp_ext: validated op lists, the gate, the non-finite guard "
                                      "and a VisualDL hook on every GradScaler it builds. Exits with the script's code.")
+    parser.epilog = ("As python: SCRIPT may be a folder or zip file with a __main__.py, and -m MODULE [ARGS...] "
+                     "(after run's own options) runs a module as python -m does.")
     parser.add_argument("--config", metavar="FILE", help="an AmpConfig TOML/JSON file (op lists, dtype, scaler extras)")
     parser.add_argument("--logdir", default="runs", help="VisualDL logs: one run directory per scaler (default runs)")
     parser.add_argument("--no-log", action="store_true", help="no VisualDL hook")
@@ -98,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--emulate", choices=("float16", "bfloat16"),
                         help="rehearse the script's AMP numerics on any device: functional ops and nn.Linear are "
                              "rounded as AMP computes them and the GradScaler runs for real (paddle_amp_ext.rehearse)")
-    parser.add_argument("script")
+    parser.add_argument("script", nargs="?", help="the script, as to python: a file, or a folder or zip file with a "
+                        "__main__.py (or -m MODULE before the arguments, as python -m)")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
@@ -188,8 +202,8 @@ class _Session:
         self.summaries: List[ScalerSummary] = []
         self.guard_summaries: List[ScalerSummary] = []
         self.routing: Any = None  # the Routing, once the script has imported paddle
+        self.rejected: Optional[str] = None  # the config's op lists were refused at that import
         self.hooks: List[Tuple[int, Any]] = []  # (pid of the process that attached it, hook)
-        self.children = _children_started()
 
     def start(self, _paddle: Any = None) -> None:
         from .. import _deferred
@@ -200,6 +214,7 @@ class _Session:
             try:
                 config = full_config(self.args.config, self.table)
             except (TypeError, ValueError) as exc:
+                self.rejected = str(exc)  # in whichever thread imported paddle: run exits 2 with it
                 raise _ConfigRejectedError(str(exc)) from None
         from ..integrations.routing import routed
 
@@ -236,20 +251,66 @@ class _Session:
             self.guard_summaries.append(summary)
 
     def close(self) -> None:
-        """Flush and close the VisualDL hooks this process attached (one device read each)."""
-        for pid, hook in self.hooks:
-            if pid == os.getpid():  # a forked child leaves its parent's hooks to the parent
-                hook.close()
+        """Flush and close the VisualDL hooks this process attached (one device read each); idempotent."""
+        mine = [hook for pid, hook in self.hooks if pid == os.getpid()]  # a forked child leaves its parent's
+        self.hooks = [(pid, hook) for pid, hook in self.hooks if pid != os.getpid()]
+        for hook in mine:
+            hook.close()
+
+    def in_forked_child(self) -> None:
+        """In a ``multiprocessing`` fork child (its after-fork functions): close the hooks the child
+        attaches when it ends (``os._exit`` after its exit functions: it never returns through :func:`main`)."""
+        from multiprocessing import util
+
+        util.Finalize(self, self.close, exitpriority=10)
+
+
+def split_module(argv: List[str]) -> Tuple[List[str], Optional[str], List[str]]:
+    """``run``'s own options, the module of a ``-m MODULE`` (else None) and the module's arguments:
+    as with ``python -m``, everything after the module name is the module's."""
+    valued = {"--config", "--logdir", "--emulate"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[:i], (argv[i + 1] if i + 1 < len(argv) else ""), argv[i + 2:]
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return argv[:i], arg[2:], argv[i + 1:]
+        if arg == "--" or not arg.startswith("-"):
+            break  # the script (everything after it is its own)
+        i += 2 if arg in valued else 1
+    return argv, None, []
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> argparse.Namespace:
+    """The command line, ``-m MODULE [ARGS]`` understood as ``python -m``; raises UsageError."""
+    own, module, rest = split_module(list(sys.argv[1:] if argv is None else argv))
+    if module is None:
+        args = parse(parser, own)
+        if args.script is None:
+            raise UsageError("give the SCRIPT to run (or -m MODULE), as to python: "
+                             f"{PROG} [options] train.py [args...]")
+        args.module = None
+        return args
+    if not module:
+        raise UsageError("-m needs a module name, as python's: -m MODULE [args...]")
+    args = parse(parser, own)
+    if args.script is not None:  # pragma: no cover - split_module stops at the script
+        raise UsageError("give a SCRIPT or -m MODULE, not both")
+    args.module, args.args = module, rest
+    return args
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from .. import scripting
+    from .._runwatch import ChildWatch, StdoutEnd, join_new_threads
     from ..importwatch import when_imported
-    from ..scripting import check_script, run_as_main
 
     parser = build_parser()
     try:
-        args = parse(parser, argv)
-        check_script(args.script)
+        args = parse_args(parser, argv)
+        if args.module is None:
+            scripting.check_script(args.script)
         table, config = read_config(args.config) if args.config else (None, None)
         check_emulate(args.emulate, config, args.config)
         if not args.no_log:
@@ -258,50 +319,84 @@ def main(argv: Optional[List[str]] = None) -> int:
         return fail(PROG, str(exc))
     except (OSError, ValueError, TypeError) as exc:
         return fail(PROG, str(exc))
+    if argv is None:
+        scripting.claim_start_entry()
+    what = args.script if args.module is None else f"-m {args.module}"
+    out = StdoutEnd() if args.json else None
+    children, threads = ChildWatch(), set(threading.enumerate())
     with contextlib.ExitStack() as stack:
         session = _Session(args, table, stack)
         stack.callback(session.close)  # however the script ends (SIGTERM: the hooks flush themselves)
+        children.install()  # imports multiprocessing (not paddle)
+        from multiprocessing import util as mp_util
+
+        mp_util.register_after_fork(session, _Session.in_forked_child)
+        stack.callback(children.uninstall)
+        if out is not None:
+            out.track()
+            stack.callback(out.untrack)
         try:
             stack.enter_context(when_imported("paddle", session.start))
-            end = run_as_main(args.script, args.args)
+            if args.module is None:
+                end = scripting.run_as_main(args.script, args.args)
+            else:
+                end = scripting.run_module_as_main(args.module, args.args)
+            join_new_threads(threads)  # the routing stays until the script's threads end, as Python waits
         except _ConfigRejectedError as exc:
+            session.rejected = str(exc)
+        except scripting.NothingToRunError as exc:
             return fail(PROG, str(exc))
+    if session.rejected is not None:
+        if out is not None:
+            out.close()
+        return fail(PROG, session.rejected)
     report_script_end(end.error, end.exit_message)
     if os.getpid() != session.pid:  # a child the script forked returns here too: the parent reports
+        if out is not None:
+            out.close()
         return end.exit_code
-    summary = {"script": args.script, "exit_code": end.exit_code,
+    summary = {"script": what, "exit_code": end.exit_code, "routed": session.routing is not None,
                "scalers": [s.to_dict() for s in session.summaries],
                "guards": [s.to_dict() for s in session.guard_summaries if s.steps],
                "lr_steps_held": session.routing.lr_steps_held if session.routing is not None else 0,
                "lr_hold": not args.no_lr_hold, "guard_optimizers": not args.no_guard,
-               "child_processes": _children_started() - session.children}
-    if args.json:
-        print(json.dumps(summary), flush=True)
+               "child_processes": children.total, "unrouted_child_processes": children.unrouted}
+    if out is not None:
+        if not out.write_line(json.dumps(summary)):
+            _say(f"{PROG}: warning: no stdout for the --json summary (the script's stdout was closed "
+                 f"before run started); it is: {json.dumps(summary)}")
     else:
-        print(_render(summary), file=sys.stderr, flush=True)
-    if not summary["scalers"] and not summary["guards"] and summary["child_processes"]:
-        print(f"{PROG}: warning: {_UNROUTED_CHILDREN.format(n=summary['child_processes'])}", file=sys.stderr,
-              flush=True)
+        _say(_render(summary))
+    if session.routing is None and "paddle" in sys.modules:
+        _say(f"{PROG}: warning: {_NEVER_ROUTED}")
+    if not summary["scalers"] and not summary["guards"] and children.unrouted:
+        _say(f"{PROG}: warning: {_UNROUTED_CHILDREN.format(n=children.unrouted)}")
     return end.exit_code
 
 
-_LIST_KEYS = ("custom_white_list", "custom_black_list")
-_UNROUTED_CHILDREN = ("the script started {n} child process(es) with multiprocessing and built no GradScaler in "
-                      "this one: scalers built in a spawned child are not routed, and none built in a child is "
-                      "counted here. Build the scalers in the main process (threads are routed), or run the "
-                      "child's training as its own `python -m paddle_amp_ext.run` command.")
-
-
-def _children_started() -> int:
-    """How many ``multiprocessing`` processes this process has created (0 when it never imported
-    multiprocessing). Reads ``multiprocessing.process._process_counter`` (an ``itertools.count``
-    advanced by each ``Process()``; CPython 3.8-3.13) through its repr, without advancing it."""
-    process = sys.modules.get("multiprocessing.process")
-    counter = getattr(process, "_process_counter", None)
+def _say(text: str) -> None:
+    """Print ``text`` on stderr; on the original stderr when the script closed or replaced ``sys.stderr`` badly."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            print(text, file=stream, flush=True)
+            return
+        except (ValueError, OSError, AttributeError):
+            continue
     try:
-        return int(repr(counter)[len("count("):-1]) - 1
-    except ValueError:
-        return 0
+        os.write(2, (text + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass  # no stderr at all: nothing to tell
+
+
+_LIST_KEYS = ("custom_white_list", "custom_black_list")
+_UNROUTED_CHILDREN = ("the script started {n} child process(es) with the spawn or forkserver start method and built "
+                      "no GradScaler in this one: a spawned child is a new interpreter, not routed (fork children "
+                      "are), and none built in a child is counted here. Build the scalers in the main process "
+                      "(threads are routed), start the children with fork, or run the child's training as its own "
+                      "`python -m paddle_amp_ext.run` command.")
+_NEVER_ROUTED = ("the routing never started: the script imported paddle with run's import watch gone from "
+                 "sys.meta_path (it removed or replaced it), so paddle.amp stayed Paddle's own and any GradScaler "
+                 "it built was neither routed nor counted. Leave sys.meta_path's first entries in place.")
 
 
 def _render(summary: Dict[str, Any]) -> str:

@@ -192,13 +192,13 @@ def test_a_forked_child_prints_no_second_summary(tmp_path):
     assert [(s["steps"], s["skipped"]) for s in summary["scalers"]] == [(2, 0)]
 
 
-def test_scalers_built_in_threads_are_routed_and_counted(tmp_path, capsys):
+def test_scalers_built_in_threads_are_routed_and_counted(tmp_path, capfd):
     (tmp_path / "train.py").write_text("import threading\nimport paddle\n\ndef train():\n" +
                                        textwrap.indent(STEP, "    ") +
                                        "\nworkers = [threading.Thread(target=train) for _ in range(2)]\n"
                                        "[w.start() for w in workers]\n[w.join() for w in workers]\n")
     assert run.main(["--no-log", "--json", str(tmp_path / "train.py")]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])  # on fd 1: the original stdout
     assert [(s["steps"], s["skipped"]) for s in summary["scalers"]] == [(2, 0), (2, 0)]
     assert summary["child_processes"] == 0
 
@@ -218,8 +218,9 @@ def test_a_spawned_child_that_builds_the_scaler_is_named_in_a_warning(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "CHILD paddle.amp.grad_scaler" in proc.stdout and "JOINED 0" in proc.stdout
     assert "  The script built no paddle.amp.GradScaler." in proc.stderr.splitlines()
-    assert ("python -m paddle_amp_ext.run: warning: the script started 1 child process(es) with multiprocessing and "
-            "built no GradScaler in this one: scalers built in a spawned child are not routed") in proc.stderr
+    assert ("python -m paddle_amp_ext.run: warning: the script started 1 child process(es) with the spawn or "
+            "forkserver start method and built no GradScaler in this one: a spawned child is a new interpreter, not "
+            "routed (fork children are)") in proc.stderr
 
 
 @pytest.mark.slow
