@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     from ..rehearsal.script import run_script
-    from ..scripting import claim_start_entry
+    from ..run._scripting import claim_start_entry
 
     try:
         args = parse(build_parser(), argv)
@@ -84,7 +84,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _advise(args: argparse.Namespace) -> int:
     from ..rehearsal.advisor import advise
     from ..rehearsal.script import capture_first_call
-    from ..scripting import ScriptEnd
+    from ..run._scripting import ScriptEnd
 
     try:
         call = capture_first_call(args.script, args.args)

@@ -13,11 +13,11 @@ skipped steps, loss-scale range, where the logs are, the ``lr.step()`` calls hel
 or as JSON to stdout with ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
 
-The script starts as ``python SCRIPT`` would start it (:mod:`paddle_amp_ext.scripting`: absolute
+The script starts as ``python SCRIPT`` would start it (:mod:`paddle_amp_ext.run._scripting`: absolute
 ``__file__``, a symlink's target folder on ``sys.path``; a folder or zip file runs its
 ``__main__.py``; ``-m MODULE ARGS`` runs a module as ``python -m``). Its import order is its own:
 ``run`` does not import paddle; the routing is put in place when the script first imports
-paddle, in any thread (:mod:`paddle_amp_ext.importwatch`). So ``--config`` is checked up front
+paddle, in any thread (:mod:`paddle_amp_ext.run._importwatch`). So ``--config`` is checked up front
 except its op names, which need Paddle's op registry and are checked at that import (a bad one
 stops the script there, exit 2, with the message ``AmpConfig.from_file`` gives; a thread's
 import fails so, and every later one). ``--logdir`` is made absolute before the script starts
@@ -42,53 +42,13 @@ import shutil
 import sys
 import tempfile
 import threading
-from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from ..run import _session
+from ..run._session import read_config
 from . import UsageError, fail, parse, report_script_end
 
 PROG = "python -m paddle_amp_ext.run"
-
-
-class ScalerSummary:
-    """A scaler (or guard) hook that counts steps and skips and keeps the loss-scale range (host values only)."""
-
-    def __init__(self, logdir: Optional[str]) -> None:
-        self.logdir = logdir
-        self.steps = self.skipped = 0
-        self.low = self.high = None
-
-    def on_step(self, event: Any) -> None:
-        self.steps += 1
-        self.skipped += bool(event.result.skipped)
-        scale = event.result.loss_scale
-        self.low = scale if self.low is None else min(self.low, scale)
-        self.high = scale if self.high is None else max(self.high, scale)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"steps": self.steps, "skipped": self.skipped, "loss_scale_min": self.low,
-                "loss_scale_max": self.high, "logdir": self.logdir}
-
-
-class LazyVisualDLHook:
-    """A :class:`~paddle_amp_ext.VisualDLHook` made at the first step it is told of (a guard whose
-    optimizer a scaler steps is never told: it leaves no empty run directory)."""
-
-    def __init__(self, logdir: str, on_made: Any) -> None:
-        self._logdir, self._on_made = logdir, on_made
-        self.hook: Any = None
-
-    def on_step(self, event: Any) -> None:
-        if self.hook is None:
-            from ..visualdl import VisualDLHook
-
-            self.hook = VisualDLHook(self._logdir)
-            self._on_made(self.hook)
-        self.hook.on_step(event)
-
-    def on_overflow(self, event: Any) -> None:
-        if self.hook is not None and hasattr(self.hook, "on_overflow"):
-            self.hook.on_overflow(event)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,51 +98,6 @@ def check_logdir(logdir: str) -> None:
         raise UsageError(f"--logdir {logdir!r} is not writable ({existing!r}: {exc.strerror or exc}): {fix}.") from None
 
 
-class _ConfigRejectedError(BaseException):
-    """The config's op lists, validated at the script's first ``import paddle``, are wrong: the
-    script stops there (a BaseException passes its ``except Exception``) and ``run`` exits 2."""
-
-
-def read_config(path: str) -> Tuple[Any, Any]:
-    """The settings of ``path`` and an :class:`AmpConfig` of all but the op lists, without paddle.
-
-    Everything is validated but the op names (that needs Paddle's op registry, checked by
-    :func:`full_config` when the script imports paddle); the lists' types are checked here.
-
-    Raises:
-        FileNotFoundError, ValueError, TypeError: as :meth:`AmpConfig.from_file`, same messages.
-    """
-    from .. import configfile
-    from ..config import AmpConfig, as_op_names
-
-    data = configfile.parse(Path(path))
-    try:
-        table = configfile.settings_table(data)
-        if isinstance(table, Mapping):
-            for key in _LIST_KEYS:
-                if key in table:
-                    as_op_names(key, table[key])
-            table = {key: value for key, value in table.items()}
-            return table, AmpConfig.from_dict({k: v for k, v in table.items() if k not in _LIST_KEYS})
-        return table, AmpConfig.from_dict(table)  # raises: not a table
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"Config file {str(path)!r}: {exc}") from None
-
-
-def full_config(path: str, table: Any) -> Any:
-    """The :class:`AmpConfig` of ``path``'s settings ``table``, op lists validated (imports paddle).
-
-    Raises:
-        ValueError, TypeError: as :meth:`AmpConfig.from_file`, same messages.
-    """
-    from ..config import AmpConfig
-
-    try:
-        return AmpConfig.from_dict(table)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"Config file {str(path)!r}: {exc}") from None
-
-
 def check_emulate(emulate: Optional[str], config: Any, path: Optional[str]) -> None:
     """Raise UsageError when ``--emulate`` names another dtype than the config's ``dtype`` key
     (``"auto"`` leaves the choice open: ``--emulate`` makes it)."""
@@ -190,79 +105,6 @@ def check_emulate(emulate: Optional[str], config: Any, path: Optional[str]) -> N
         raise UsageError(f"--emulate {emulate} conflicts with dtype = {config.dtype!r} in the config {path!r}: "
                          f"rehearse the dtype the config trains in (--emulate {config.dtype}), or change the "
                          "config's dtype.")
-
-
-class _Session:
-    """What ``run`` attaches, set up when the script first imports paddle (see :mod:`..importwatch`)."""
-
-    def __init__(self, args: argparse.Namespace, table: Any, stack: contextlib.ExitStack) -> None:
-        self.args, self.table, self.stack = args, table, stack
-        self.logdir = None if args.no_log else os.path.abspath(args.logdir)  # before any os.chdir
-        self.pid = os.getpid()
-        self.summaries: List[ScalerSummary] = []
-        self.guard_summaries: List[ScalerSummary] = []
-        self.routing: Any = None  # the Routing, once the script has imported paddle
-        self.rejected: Optional[str] = None  # the config's op lists were refused at that import
-        self.hooks: List[Tuple[int, Any]] = []  # (pid of the process that attached it, hook)
-
-    def start(self, _paddle: Any = None) -> None:
-        from .. import _deferred
-
-        _deferred.complete()  # the package's names, now that the script has imported paddle
-        config = None
-        if self.table is not None:
-            try:
-                config = full_config(self.args.config, self.table)
-            except (TypeError, ValueError) as exc:
-                self.rejected = str(exc)  # in whichever thread imported paddle: run exits 2 with it
-                raise _ConfigRejectedError(str(exc)) from None
-        from ..integrations.routing import routed
-
-        self.routing = self.stack.enter_context(routed(
-            config, on_scaler=self.attach, on_guard=self.attach_guard, hold_lr_on_skip=not self.args.no_lr_hold,
-            guard_optimizers=not self.args.no_guard))
-        if self.args.emulate:
-            from ..rehearsal.emulation import rehearse
-
-            self.stack.enter_context(rehearse(self.args.emulate, config=config))
-
-    def attach(self, new_scaler: Any) -> None:
-        logdir = None
-        if self.logdir is not None:
-            from ..visualdl import VisualDLHook
-
-            hook = new_scaler.add_hook(VisualDLHook(self.logdir))
-            self.hooks.append((os.getpid(), hook))
-            logdir = hook.logdir
-        summary = new_scaler.add_hook(ScalerSummary(logdir))
-        if os.getpid() == self.pid:
-            self.summaries.append(summary)
-
-    def attach_guard(self, guard: Any) -> None:
-        summary = ScalerSummary(None)
-        if self.logdir is not None:
-            def made(hook: Any) -> None:
-                self.hooks.append((os.getpid(), hook))  # the process whose guard stepped first
-                summary.logdir = hook.logdir
-
-            guard.add_hook(LazyVisualDLHook(self.logdir, made))
-        guard.add_hook(summary)
-        if os.getpid() == self.pid:
-            self.guard_summaries.append(summary)
-
-    def close(self) -> None:
-        """Flush and close the VisualDL hooks this process attached (one device read each); idempotent."""
-        mine = [hook for pid, hook in self.hooks if pid == os.getpid()]  # a forked child leaves its parent's
-        self.hooks = [(pid, hook) for pid, hook in self.hooks if pid != os.getpid()]
-        for hook in mine:
-            hook.close()
-
-    def in_forked_child(self) -> None:
-        """In a ``multiprocessing`` fork child (its after-fork functions): close the hooks the child
-        attaches when it ends (``os._exit`` after its exit functions: it never returns through :func:`main`)."""
-        from multiprocessing import util
-
-        util.Finalize(self, self.close, exitpriority=10)
 
 
 def split_module(argv: List[str]) -> Tuple[List[str], Optional[str], List[str]]:
@@ -302,9 +144,9 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> ar
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from .. import scripting
-    from .._runwatch import ChildWatch, StdoutEnd, join_new_threads
-    from ..importwatch import when_imported
+    from ..run import _scripting as scripting
+    from ..run._importwatch import when_imported
+    from ..run._watch import ChildWatch, StdoutEnd, join_new_threads
 
     parser = build_parser()
     try:
@@ -325,12 +167,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = StdoutEnd() if args.json else None
     children, threads = ChildWatch(), set(threading.enumerate())
     with contextlib.ExitStack() as stack:
-        session = _Session(args, table, stack)
+        session = _session.Session(args, table, stack)
         stack.callback(session.close)  # however the script ends (SIGTERM: the hooks flush themselves)
         children.install()  # imports multiprocessing (not paddle)
         from multiprocessing import util as mp_util
 
-        mp_util.register_after_fork(session, _Session.in_forked_child)
+        mp_util.register_after_fork(session, _session.Session.in_forked_child)
         stack.callback(children.uninstall)
         if out is not None:
             out.track()
@@ -342,7 +184,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             else:
                 end = scripting.run_module_as_main(args.module, args.args)
             join_new_threads(threads)  # the routing stays until the script's threads end, as Python waits
-        except _ConfigRejectedError as exc:
+        except _session.ConfigRejectedError as exc:
             session.rejected = str(exc)
         except scripting.NothingToRunError as exc:
             return fail(PROG, str(exc))
@@ -388,7 +230,6 @@ def _say(text: str) -> None:
         pass  # no stderr at all: nothing to tell
 
 
-_LIST_KEYS = ("custom_white_list", "custom_black_list")
 _UNROUTED_CHILDREN = ("the script started {n} child process(es) with the spawn or forkserver start method and built "
                       "no GradScaler in this one: a spawned child is a new interpreter, not routed (fork children "
                       "are), and none built in a child is counted here. Build the scalers in the main process "

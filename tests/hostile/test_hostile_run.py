@@ -16,10 +16,10 @@ import paddle
 import pytest
 
 import paddle_amp_ext as amp
-from paddle_amp_ext import _deferred
 from paddle_amp_ext.cli import run
-from paddle_amp_ext.importwatch import when_imported
 from paddle_amp_ext.keep import is_kept_fp32
+from paddle_amp_ext.run import _deferred
+from paddle_amp_ext.run._importwatch import when_imported
 
 ORIGINAL_CALL = paddle.nn.Layer.__call__
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}

@@ -325,7 +325,7 @@ def test_dev_null_runs_as_an_empty_script_as_python_does(tmp_path):
 
 
 def test_a_failed_import_watch_fails_every_later_import_of_the_module(tmp_path, monkeypatch):
-    from paddle_amp_ext.importwatch import when_imported
+    from paddle_amp_ext.run._importwatch import when_imported
 
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "watched_c.py").write_text("VALUE = 9\n")
