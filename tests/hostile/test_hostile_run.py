@@ -14,6 +14,7 @@ import threading
 
 import paddle
 import pytest
+from helpers import SCALER_STEPS as STEP
 
 import paddle_amp_ext as amp
 from paddle_amp_ext.cli import run
@@ -24,17 +25,6 @@ from paddle_amp_ext.run._importwatch import when_imported
 ORIGINAL_CALL = paddle.nn.Layer.__call__
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
 
-STEP = """
-model = paddle.nn.Linear(4, 4)
-opt = paddle.optimizer.SGD(parameters=model.parameters())
-scaler = paddle.amp.GradScaler(init_loss_scaling=8)
-for _ in range(2):
-    loss = model(paddle.rand([2, 4])).mean()
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
-    opt.clear_grad()
-"""
 
 
 def _run(tmp_path, script, *flags, timeout=240, python=(sys.executable,)):

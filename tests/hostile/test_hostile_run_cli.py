@@ -15,6 +15,7 @@ import textwrap
 
 import paddle
 import pytest
+from helpers import SCALER_STEPS
 
 import paddle_amp_ext as amp
 from paddle_amp_ext.guard import guard_of
@@ -24,18 +25,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHON
 RUN = [sys.executable, "-m", "paddle_amp_ext.run"]
 PREFIX = "python -m paddle_amp_ext.run"
 
-STEP = """
-model = paddle.nn.Linear(4, 4)
-opt = paddle.optimizer.SGD(parameters=model.parameters())
-scaler = paddle.amp.GradScaler(init_loss_scaling=8)
-for _ in range(2):
-    loss = model(paddle.rand([2, 4])).mean()
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
-    opt.clear_grad()
-print("BUILT", type(scaler).__module__, flush=True)
-"""
+STEP = SCALER_STEPS + 'print("BUILT", type(scaler).__module__, flush=True)\n'
 
 
 def _run(tmp_path, script, *flags, timeout=240, name="train.py", command=RUN):
@@ -355,3 +345,24 @@ def test_a_failed_import_watch_fails_every_later_import_of_the_module(tmp_path, 
     assert errors == ["refused 9"] and "watched_c" not in sys.modules
     import watched_c  # noqa: F401,F811  # the watch has ended: a plain import
     assert watched_c.VALUE == 9
+
+
+# --------------------------------------------------------------------------- the subpackage (issue 39)
+def test_the_run_subpackage_serves_the_routing_names_and_refuses_others():
+    import paddle_amp_ext.integrations as integrations
+    import paddle_amp_ext.run as run_package
+    from paddle_amp_ext.run import routing
+
+    assert (run_package.route, run_package.routed, run_package.unroute) == (amp.route, amp.routed, amp.unroute)
+    assert run_package.Routing is integrations.Routing is routing.Routing
+    assert run_package.active_routing is integrations.active_routing is routing.active_routing
+    assert sorted(run_package.__all__) == ["Routing", "active_routing", "route", "routed", "unroute"]
+    with pytest.raises(AttributeError, match="module 'paddle_amp_ext.run' has no attribute 'ScalerSummary'"):
+        run_package.ScalerSummary  # noqa: B018  # plumbing stays private
+
+
+@pytest.mark.slow
+def test_python_dash_m_paddle_amp_ext_run_still_runs_the_command(tmp_path):
+    proc = subprocess.run([*RUN, "--help"], capture_output=True, text=True, timeout=240, cwd=tmp_path, env=ENV)
+    assert proc.returncode == 0 and proc.stdout.startswith(
+        "usage: python -m paddle_amp_ext.run [options] SCRIPT [ARGS...] | -m MODULE [ARGS...]"), proc.stderr[-3000:]
