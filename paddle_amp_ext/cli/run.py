@@ -136,9 +136,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> ar
         return args
     if not module:
         raise UsageError("-m needs a module name, as python's: -m MODULE [args...]")
-    args = parse(parser, own)
-    if args.script is not None:  # pragma: no cover - split_module stops at the script
-        raise UsageError("give a SCRIPT or -m MODULE, not both")
+    args = parse(parser, own)  # split_module stopped before any script: args.script is None
     args.module, args.args = module, rest
     return args
 
