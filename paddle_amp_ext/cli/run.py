@@ -200,7 +200,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                "guards": [s.to_dict() for s in session.guard_summaries if s.steps],
                "lr_steps_held": session.routing.lr_steps_held if session.routing is not None else 0,
                "lr_hold": not args.no_lr_hold, "guard_optimizers": not args.no_guard,
-               "child_processes": children.total, "unrouted_child_processes": children.unrouted}
+               "child_processes": children.total, "forked_child_processes": children.forked,
+               "unrouted_child_processes": children.unrouted}
     if out is not None:
         if not out.write_line(json.dumps(summary)):
             _say(f"{PROG}: warning: no stdout for the --json summary (the script's stdout was closed "
@@ -251,6 +252,9 @@ def _render(summary: Dict[str, Any]) -> str:
         where = f"; VisualDL logs in {s['logdir']}" if s["logdir"] else ""
         lines.append(f"  Optimizer guard {i} (steps without a GradScaler): {s['steps']} steps, {s['skipped']} "
                      f"skipped{where}")
+    if summary["forked_child_processes"]:
+        lines.append(f"  {summary['forked_child_processes']} fork-started child process(es): routed; what they built "
+                     "is not counted here (their VisualDL runs are under the logdir).")
     if summary["lr_steps_held"]:
         lines.append(f"  LR scheduler: {summary['lr_steps_held']} lr.step() call(s) held after skipped steps "
                      "(--no-lr-hold lets them advance).")

@@ -38,9 +38,10 @@ class ChildWatch:
         watch = self
 
         def start(child: Any) -> None:
+            target = getattr(child, "_target", None)  # start() deletes it (bpo-30775)
             original(child)
             if os.getpid() == watch._pid:
-                watch.record(child)
+                watch.record(child, target)
 
         start.__wrapped__ = original  # type: ignore[attr-defined]
         self._original = original
@@ -53,11 +54,11 @@ class ChildWatch:
             process.BaseProcess.start = self._original  # type: ignore[method-assign]
         self._original = None
 
-    def record(self, child: Any) -> None:
+    def record(self, child: Any, target: Any) -> None:
+        """Count ``child``, started (its start method is known then) to run ``target``."""
         import multiprocessing
 
         method = getattr(type(child), "_start_method", None) or multiprocessing.get_start_method(allow_none=True)
-        target = getattr(child, "_target", None)
         module = getattr(target, "__module__", None) or ""
         self.started.append({"method": method or "fork", "dataloader": module.startswith("paddle.io")})
 

@@ -53,7 +53,8 @@ def test_a_fork_child_is_routed_counted_as_forked_and_keeps_its_records(tmp_path
     summary = _summary(proc)
     assert "BUILT paddle_amp_ext.scaler" in proc.stdout.splitlines(), "the fork child inherits the routing"
     assert "JOINED 0" in proc.stdout.splitlines()
-    assert (summary["child_processes"], summary["unrouted_child_processes"], summary["scalers"]) == (1, 0, [])
+    assert (summary["child_processes"], summary["forked_child_processes"], summary["unrouted_child_processes"],
+            summary["scalers"]) == (1, 1, 0, [])
     assert "warning" not in proc.stderr, proc.stderr[-3000:]
     (record,) = glob.glob(str(tmp_path / "runs" / "*" / "vdlrecords.*"))
     LogReader = pytest.importorskip("visualdl").LogReader  # noqa: N806
@@ -247,7 +248,8 @@ def test_an_evaluation_script_with_dataloader_workers_gets_no_warning(tmp_path):
     proc = _run(tmp_path, DATALOADER_EVAL, "--no-log", "--json", timeout=300)
     summary = _summary(proc)
     assert "EVALUATED True" in proc.stdout.splitlines()
-    assert (summary["child_processes"], summary["unrouted_child_processes"]) == (2, 0)
+    assert (summary["child_processes"], summary["forked_child_processes"], summary["unrouted_child_processes"]) == \
+        (2, 0, 0), "DataLoader workers: neither routed training nor unrouted"
     assert "warning" not in proc.stderr, proc.stderr[-3000:]
 
 
