@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 # custom-op builds, so it is hidden here (narrowly, by its message).
 _warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
-from . import _deferred
+from .run import _deferred
 
 if _deferred.starting_run():  # python -m paddle_amp_ext.run: the script imports paddle first (issue 30)
     __getattr__ = _deferred.deferred_getattr
@@ -37,10 +37,11 @@ else:
     from .events import StepEvent, StepResult
     from .gate import AmpDecision, DeviceInfo, decide
     from .guard import OptimizerGuard, guard_optimizer
-    from .integrations import hapi_amp_configs, route, routed, unroute
+    from .integrations import hapi_amp_configs
     from .keep import keep_fp32
     from .legacy import AmpScaler, amp_decorate, amp_guard
     from .rehearsal import OverflowWatch, advise, find_overflow, fp16_emulation, rehearse
+    from .run.routing import route, routed, unroute
     from .scaler import GradScaler
 
     _LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}

@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import paddle
 
 from . import _compat
+from .config import AmpConfig
 from .distributed.skip import AutoDataParallel
 from .events import StepResult
 from .gradients import Pair, applied_grads
@@ -75,6 +76,11 @@ class _GuardScaler(GradScaler):
     def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any, strategy: Any) -> None:
         method, args, kwargs = self.call  # no clip of its own: fleet's step clips as it is built to
         self.returned = method(*args, **kwargs)
+
+    def settle(self, max_consecutive_skips: Optional[int], on_collapse: str) -> None:
+        """Take these collapse settings (validated as the constructor's), counters kept."""
+        config = AmpConfig(max_consecutive_skips=max_consecutive_skips, on_collapse=on_collapse)
+        self._max_consecutive_skips, self._on_collapse = config.max_consecutive_skips, config.on_collapse
 
     def abandon(self) -> None:
         """Forget a step whose optimizer call raised, so the next call is not taken for a second step."""
@@ -304,9 +310,12 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
     any optimizer object with a ``step`` (fleet's ``MixPrecisionOptimizer`` too).
 
     Guarding an optimizer that is already guarded returns its guard, with the new ``hooks``
-    added. Undo with ``guard.remove()``, or use the guard as a context manager. Guard the object
-    the loop calls: fleet's ``MixPrecisionOptimizer.step`` never calls its inner optimizer's
-    ``step``. An optimizer a :class:`GradScaler` steps needs no guard (its ``step`` is one).
+    added. The guard a routing put on it silently (``routed()``, ``run``) takes this call's
+    settings instead, keeping its hooks and counts: from then on it is this call's guard, and
+    judges every step, a GradScaler's too. Undo with ``guard.remove()``, or use the guard as a
+    context manager. Guard the object the loop calls: fleet's ``MixPrecisionOptimizer.step``
+    never calls its inner optimizer's ``step``. An optimizer a :class:`GradScaler` steps needs
+    no guard (its ``step`` is one).
 
     Costs one host sync per step, and one MAX all-reduce with several processes (see the
     module docstring).
@@ -335,6 +344,9 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
         raise TypeError(f"guard_optimizer() needs an optimizer with a step() method (and a __dict__ to "
                         f"replace it in). Received: {optimizer!r} (of type {type(optimizer).__name__})")
     current = guard_of(optimizer)
+    if current is not None and current._defer:  # a routing's silent guard: the explicit one takes it over
+        current._scaler.settle(max_consecutive_skips, on_collapse)
+        current._settings, current._defer = (max_consecutive_skips, on_collapse), False
     if current is not None:
         if current._settings != (max_consecutive_skips, on_collapse):
             raise ValueError(

@@ -8,6 +8,19 @@ import numpy as np
 import paddle
 import pytest
 
+#: A script's routed training steps: two steps of ``paddle.amp.GradScaler`` on a small model (after ``import paddle``).
+SCALER_STEPS = """
+model = paddle.nn.Linear(4, 4)
+opt = paddle.optimizer.SGD(parameters=model.parameters())
+scaler = paddle.amp.GradScaler(init_loss_scaling=8)
+for _ in range(2):
+    loss = model(paddle.rand([2, 4])).mean()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.clear_grad()
+"""
+
 
 def make_mlp(seed: int = 0, width: int = 16, depth: int = 2, inputs: int = 8, outputs: int = 1):
     paddle.seed(seed)

@@ -15,7 +15,7 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   definitions are read in :mod:`.opdefs`).
 - the modules ``paddle.amp.auto_cast`` and ``paddle.amp.grad_scaler``: Paddle's own ``auto_cast``,
   ``decorate`` and ``GradScaler``, reached through their modules so that routing ``paddle.amp``
-  to this package (:mod:`paddle_amp_ext.integrations.routing`) never makes them call themselves.
+  to this package (:mod:`paddle_amp_ext.run.routing`) never makes them call themselves.
 - ``to_static``'s SOT translator, two ways: while it simulates Python code to build a graph,
   it replaces a call of ``paddle.jit.sot.psdb.in_sot`` (False when really called) by True; while
   a converted function runs for real, its frame evaluation callback is installed

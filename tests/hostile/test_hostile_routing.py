@@ -11,7 +11,7 @@ import pytest
 import paddle_amp_ext as amp
 from paddle_amp_ext import lrhold
 from paddle_amp_ext.guard import guard_of
-from paddle_amp_ext.integrations.routing import active_routing
+from paddle_amp_ext.run.routing import active_routing
 
 
 def _net(seed=3):
