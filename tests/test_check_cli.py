@@ -74,7 +74,7 @@ def test_require_without_a_gpu_exits_1():
     assert run_cli("--require", "any").returncode == 1
 
 
-@pytest.mark.parametrize("args", [["--what-if", "V100"], ["--what-if", "V100:seven"], ["--require", "fp8"], ["--bogus"]])
+@pytest.mark.parametrize("args", [["--what-if", "V100"], ["--what-if", "V100:seven"], ["--require", "fp4"], ["--bogus"]])
 def test_usage_errors_exit_2_with_a_message(args):
     proc = run_cli(*args)
     assert proc.returncode == 2

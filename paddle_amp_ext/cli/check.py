@@ -18,6 +18,7 @@ import numpy
 from .._native import NativeStatus
 from .._native import status as rounding_status
 from ..config import AmpConfig
+from ..fp8 import readiness as fp8_ready
 from ..gate import AmpDecision, DeviceInfo, decide
 from . import FOUND, OK, UsageError, emit, fail, parse
 
@@ -38,6 +39,7 @@ class CheckReport:
     smoke: Optional[str] = None
     device: Optional[DeviceInfo] = None  # the GPU the verdict is for
     rounding: Optional[NativeStatus] = None  # the fp16 rehearsal's rounding kernel
+    fp8: Tuple[fp8_ready.RecipeVerdict, ...] = ()  # per FP8 recipe (paddle_amp_ext.fp8.readiness)
 
     def to_dict(self) -> dict:
         return {
@@ -64,6 +66,7 @@ class CheckReport:
             "smoke": self.smoke,
             "rehearsal_rounding": None if self.rounding is None else {
                 "native": self.rounding.available, "detail": self.rounding.detail},
+            "fp8": [v.to_dict() for v in self.fp8],
         }
 
 
@@ -156,6 +159,8 @@ def collect(requested: str = "auto", what_if: Optional[DeviceInfo] = None, smoke
         smoke=smoke_text,
         device=device,
         rounding=rounding_status(),
+        fp8=fp8_ready.fp8_readiness(device, fp8_ready.probe_software(),
+                                    no_device_reason=report.reason or "no CUDA GPU is visible"),
     )
 
 
@@ -190,6 +195,7 @@ def render(report: CheckReport) -> str:
     ]
     if report.smoke is not None:
         lines.append(f"Smoke test: {report.smoke}")
+    lines += fp8_ready.render(report.fp8)
     if report.notes:
         lines.append("")
         lines += [f"Note: {n}" for n in report.notes]
@@ -199,6 +205,8 @@ def render(report: CheckReport) -> str:
 def usable(report: CheckReport, require: Optional[str]) -> bool:
     if require is None:
         return True
+    if require == "fp8":
+        return fp8_ready.fp8_usable(report.fp8)
     d = report.device
     if d is None:
         return False
@@ -231,8 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 usable (or no --require), 1 not usable for --require, 2 usage error.",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--require", choices=("fp16", "bf16", "any"),
-                        help="exit 1 unless this AMP precision is usable")
+    parser.add_argument("--require", choices=("fp16", "bf16", "any", "fp8"),
+                        help="exit 1 unless this AMP precision is usable (fp8: any FP8 recipe)")
     parser.add_argument("--what-if", metavar="NAME:CC[:MEM_GB]",
                         help="evaluate the gate for a GPU that is not present, e.g. 'Tesla T4:7.5:16'")
     parser.add_argument("--smoke", action="store_true", help="run a tiny auto_cast matmul on the GPU")
