@@ -126,7 +126,8 @@ def _hardware(recipe: str, device: DeviceInfo, sw: Fp8Software) -> Optional[str]
         if cc[0] != 9:
             return f"cuBLASLt's 1x128/128x128 block-scale modes run on compute capability 9.0 (Hopper); {gpu} is not"
         if _at_least(sw.cuda, (12, 8)) is False:
-            return f"fp8_gemm_blockwise needs CUDA 12.8 and cuBLAS 12.8.5 (compiled out below), Paddle has CUDA {sw.cuda}"
+            return (f"fp8_gemm_blockwise needs CUDA 12.8 and cuBLAS 12.8.5 (compiled out below), "
+                    f"Paddle has CUDA {sw.cuda}")
         if _at_least(sw.cublas, (12, 8, 5)) is False:
             return f"fp8_gemm_blockwise needs cuBLAS 12.8.5, found cuBLAS {sw.cublas}"
     if recipe == "deep_gemm" and cc[0] < 9:
