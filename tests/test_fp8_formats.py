@@ -75,3 +75,17 @@ def test_does_not_modify_input():
     x = np.array([1000.0, 0.3], np.float32)
     quantize(x)
     assert x.tolist() == [1000.0, np.float32(0.3)]
+
+
+def test_to_bits_is_the_inverse_of_the_decoding_and_keeps_nan():
+    from paddle_amp_ext.fp8.formats import to_bits
+
+    for name in ("e4m3fn", "e5m2"):
+        codes = np.arange(256, dtype=np.uint8)
+        values = codes.view(REF[name]).astype(np.float32)
+        finite = ~np.isnan(values) & np.isfinite(values)
+        assert np.array_equal(to_bits(values[finite], name), codes[finite])
+    assert to_bits(np.array([np.nan, -np.nan], np.float32), "e4m3fn").tolist() == [0x7F, 0xFF]
+    assert to_bits(np.array([np.nan], np.float32), "e5m2").tolist() == [0x7E]
+    with pytest.raises(ValueError, match=r"0\.3.* is not an e4m3fn value; round it with quantize\(\) first"):
+        to_bits(np.array([0.3], np.float32))

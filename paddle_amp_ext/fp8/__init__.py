@@ -2,12 +2,16 @@
 
 - :mod:`.formats`: float32 -> e4m3fn / e5m2 as CUDA's saturating conversion rounds.
 - :mod:`.readiness`: which FP8 recipe this GPU, CUDA, cuBLAS and Paddle can run, and why not.
+- :mod:`.kernels`: Paddle's FP8 kernels emulated with the CUDA sources' arithmetic.
+- :mod:`.helpers`: the bfloat16 helpers PaddleFormers' fp8_utils calls that a CPU lacks.
+- :mod:`.emulation`: :func:`fp8_emulation`, installing the emulations for a ``with`` block.
 """
 
 from __future__ import annotations
 
+from .emulation import fp8_emulation
 from .formats import E4M3FN, E5M2, Fp8Format, quantize
 from .readiness import RECIPES, Fp8Software, RecipeVerdict, fp8_readiness, probe_software
 
-__all__ = ["E4M3FN", "E5M2", "RECIPES", "Fp8Format", "Fp8Software", "RecipeVerdict", "fp8_readiness",
+__all__ = ["E4M3FN", "E5M2", "RECIPES", "Fp8Format", "Fp8Software", "RecipeVerdict", "fp8_emulation", "fp8_readiness",
            "probe_software", "quantize"]

@@ -2,7 +2,8 @@
 
 Installs, for the length of the ``with`` block, :mod:`.kernels`' emulations as
 ``paddle.incubate.nn.functional.fp8_quant_blockwise`` / ``fp8_gemm_blockwise`` /
-``fused_act_dequant``, ``paddle.linalg.fp8_fp8_half_gemm_fused``, CUDA's saturating cast for
+``fused_act_dequant``, ``paddle.linalg.fp8_fp8_half_gemm_fused``, on a CPU the bfloat16
+``swiglu``/``swiglu_grad`` of :mod:`.helpers`, CUDA's saturating cast for
 FP8 targets of ``paddle.cast`` / ``Tensor.astype`` / ``Tensor.cast``, and, in PaddleFormers'
 ``paddleformers.transformers.fp8_utils`` (1.2.0 calls ``deep_gemm.fp8_gemm_nt`` in every FP8
 forward with no fallback), a ``deep_gemm`` namespace; in ``paddleformers.quantization.qat_utils``
@@ -25,7 +26,7 @@ from typing import Iterator, List, Tuple
 import paddle
 
 from ..errors import AmpUnsupportedError
-from . import kernels
+from . import helpers, kernels
 
 _MISSING = object()
 
@@ -65,9 +66,13 @@ def _patches(casts: bool) -> List[Tuple[object, str, object]]:
         patches += [(paddle, "cast", _saturating(paddle.cast)),
                     (paddle.Tensor, "astype", _saturating(paddle.Tensor.astype)),
                     (paddle.Tensor, "cast", _saturating(paddle.Tensor.cast))]
+    if paddle.device.get_device() == "cpu":  # the CPU's swiglu has no bfloat16 kernel
+        patches.append((paddle._C_ops, "swiglu_grad", helpers.swiglu_grad))
     fp8_utils = sys.modules.get("paddleformers.transformers.fp8_utils")
     if fp8_utils is not None:
         patches.append((fp8_utils, "deep_gemm", _deep_gemm()))
+        if paddle.device.get_device() == "cpu":
+            patches.append((fp8_utils, "swiglu", helpers.swiglu))
     qat = sys.modules.get("paddleformers.quantization.qat_utils")
     if qat is not None and hasattr(qat, "fp8_fp8_half_gemm_fused"):
         patches.append((qat, "fp8_fp8_half_gemm_fused", kernels.fp8_fp8_half_gemm_fused))

@@ -107,6 +107,43 @@ def quantize(x: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
     return np.copysign(out, x)
 
 
+def _positive_codes(spec: Fp8Format) -> np.ndarray:
+    """The values of the finite non-negative codes 0, 1, 2, ... of ``spec`` (ascending)."""
+    m = spec.mantissa_bits
+    values = []
+    code = 0
+    while True:
+        exponent, mantissa = code >> m, code & ((1 << m) - 1)
+        value = (mantissa * 2.0 ** (spec.min_exponent - m) if exponent == 0
+                 else (1 + mantissa / 2**m) * 2.0 ** (exponent - 1 + spec.min_exponent))
+        if value > spec.max:
+            break
+        values.append(value)
+        code += 1
+    return np.array(values, np.float32)
+
+
+def to_bits(values: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
+    """The FP8 bit patterns (uint8) of ``values``, which must be FP8 values already (the output of
+    :func:`quantize`); NaN becomes CUDA's NaN (0x7F for e4m3fn, 0x7E for e5m2), the sign kept.
+
+    Raises:
+        ValueError: a value is not representable in ``fmt``.
+    """
+    spec = fp8_format(fmt)
+    values = np.asarray(values, np.float32)
+    table = _positive_codes(spec)
+    size = np.abs(values)
+    nan = np.isnan(values)
+    code = np.searchsorted(table, np.where(nan, 0, size))
+    exact = np.where(nan, True, table[np.minimum(code, table.size - 1)] == size)
+    if not exact.all():
+        bad = values[~exact].ravel()[0]
+        raise ValueError(f"{bad!r} is not an {spec.name} value; round it with quantize() first")
+    code = np.where(nan, 0x7F if spec is E4M3FN else 0x7E, code).astype(np.uint8)
+    return code | (np.signbit(values).astype(np.uint8) << np.uint8(7))
+
+
 def saturated(x: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
     """Where ``x`` (float32) is clipped by the conversion: finite beyond +-max, or +-inf."""
     spec = fp8_format(fmt)

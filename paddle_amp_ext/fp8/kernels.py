@@ -38,7 +38,7 @@ from typing import Optional, Tuple
 import numpy as np
 import paddle
 
-from .formats import E4M3FN, fp8_format, quantize
+from .formats import E4M3FN, fp8_format, quantize, to_bits
 
 BLOCK = 128
 _FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
@@ -57,8 +57,10 @@ def to_numpy(t: paddle.Tensor) -> np.ndarray:
 
 def from_fp8_values(values: np.ndarray, dtype: str = "float8_e4m3fn") -> paddle.Tensor:
     """A Paddle FP8 tensor holding ``values``, which must already be FP8 values (from
-    :func:`~paddle_amp_ext.fp8.formats.quantize`): every cast stores those exactly."""
-    return _ASTYPE(paddle.to_tensor(np.ascontiguousarray(values, dtype=np.float32)), dtype)
+    :func:`~paddle_amp_ext.fp8.formats.quantize`), stored by bit pattern: Paddle's CPU cast
+    turns NaN into 448 (measured on 3.3.1), so it is not used."""
+    bits = to_bits(values, fp8_format(dtype))
+    return paddle.to_tensor(np.ascontiguousarray(bits)).view(getattr(paddle, dtype))
 
 
 # ---- the arithmetic of fp8_quant_blockwise_kernel.cu ---------------------------------------------
@@ -68,7 +70,7 @@ def scale_from_amax(amax: np.ndarray, epsilon: float = 0.0, pow2: bool = True) -
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         amax_mod = np.fmax(np.asarray(amax, np.float32), np.float32(epsilon))
         scale = np.float32(E4M3FN.max) / amax_mod
-        scale = np.where(np.isinf(scale), np.float32(2.0**127 if pow2 else 0x1.FEp127), scale)
+        scale = np.where(np.isinf(scale), np.float32(2.0**127 if pow2 else float.fromhex("0x1.FEp127")), scale)
         if pow2:  # keep the exponent bits only: the largest power of 2 not above the quotient
             scale = (scale.astype(np.float32).view(np.uint32) & np.uint32(0x7F800000)).view(np.float32)
         return np.where(amax_mod == 0, np.float32(1.0), scale).astype(np.float32)
