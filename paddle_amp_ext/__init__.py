@@ -35,7 +35,7 @@ else:
     from .device import probe
     from .errors import AmpOverflowError, AmpUnsupportedError
     from .events import StepEvent, StepResult
-    from .fp8 import fp8_emulation, fp8_readiness
+    from .fp8 import fp8_emulation, fp8_linears, fp8_readiness
     from .gate import AmpDecision, DeviceInfo, decide
     from .guard import OptimizerGuard, guard_optimizer
     from .integrations import hapi_amp_configs, route, routed, unroute
@@ -95,6 +95,7 @@ else:
         "find_overflow",
         "fp16_emulation",
         "fp8_emulation",
+        "fp8_linears",
         "fp8_readiness",
         "guard_optimizer",
         "hapi_amp_configs",

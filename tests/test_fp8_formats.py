@@ -66,9 +66,10 @@ def test_subnormals_round_to_nearest_even_and_keep_zero_sign():
 
 
 def test_saturated_and_flushed_masks():
-    x = np.array([0.0, 2.0**-10, 2.0**-9, 448.0, 449.0, np.inf, np.nan], np.float32)
-    assert saturated(x).tolist() == [False, False, False, False, True, True, False]
-    assert flushed(x).tolist() == [False, True, False, False, False, False, False]
+    x = np.array([0.0, 2.0**-10, 2.0**-9, 448.0, 464.0, 465.0, np.inf, np.nan], np.float32)
+    assert saturated(x).tolist() == [False, False, False, False, False, True, True, False]
+    assert saturated(np.array([61440.0, 61441.0], np.float32), "e5m2").tolist() == [False, True]
+    assert flushed(x).tolist() == [False, True, False, False, False, False, False, False]
 
 
 def test_does_not_modify_input():

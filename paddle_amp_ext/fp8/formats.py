@@ -144,11 +144,17 @@ def to_bits(values: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
     return code | (np.signbit(values).astype(np.uint8) << np.uint8(7))
 
 
-def saturated(x: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
-    """Where ``x`` (float32) is clipped by the conversion: finite beyond +-max, or +-inf."""
+def overflow_threshold(fmt: object = "e4m3fn") -> float:
+    """The magnitude above which only saturation keeps a value finite: max plus half its step
+    (464 for e4m3fn, 61440 for e5m2); up to it, rounding alone gives +-max."""
     spec = fp8_format(fmt)
+    return spec.max + 2.0 ** (np.floor(np.log2(spec.max)) - spec.mantissa_bits - 1)
+
+
+def saturated(x: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
+    """Where ``x`` (float32) is clipped by the saturation: beyond :func:`overflow_threshold`, or +-inf."""
     with np.errstate(invalid="ignore"):
-        return np.abs(np.asarray(x, np.float32)) > np.float32(spec.max)
+        return np.abs(np.asarray(x, np.float32)) > np.float32(overflow_threshold(fmt))
 
 
 def flushed(x: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:

@@ -65,11 +65,12 @@ def from_fp8_values(values: np.ndarray, dtype: str = "float8_e4m3fn") -> paddle.
 
 # ---- the arithmetic of fp8_quant_blockwise_kernel.cu ---------------------------------------------
 
-def scale_from_amax(amax: np.ndarray, epsilon: float = 0.0, pow2: bool = True) -> np.ndarray:
-    """``ScaleWrapper``: the factor that maps a block of amax ``amax`` onto e4m3's range (float32)."""
+def scale_from_amax(amax: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: object = E4M3FN) -> np.ndarray:
+    """``ScaleWrapper``: the factor that maps a block of amax ``amax`` onto the range of ``fmt``
+    (e4m3fn in Paddle's kernel; e5m2 for the recipes of :mod:`.linear`), in float32."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         amax_mod = np.fmax(np.asarray(amax, np.float32), np.float32(epsilon))
-        scale = np.float32(E4M3FN.max) / amax_mod
+        scale = np.float32(fp8_format(fmt).max) / amax_mod
         scale = np.where(np.isinf(scale), np.float32(2.0**127 if pow2 else float.fromhex("0x1.FEp127")), scale)
         if pow2:  # keep the exponent bits only: the largest power of 2 not above the quotient
             scale = (scale.astype(np.float32).view(np.uint32) & np.uint32(0x7F800000)).view(np.float32)
@@ -81,24 +82,35 @@ def _amax(blocks: np.ndarray, axis) -> np.ndarray:
     return np.fmax.reduce(np.abs(blocks), axis=axis, initial=np.float32(0.0))
 
 
-def quant_1x128(x: np.ndarray, epsilon: float = 0.0, pow2: bool = True) -> Tuple[np.ndarray, np.ndarray]:
-    """Rows of ``x`` [R, C] (C % 128 == 0) in 1x128 blocks: (e4m3 values [R, C], 1/scale [R, C/128])."""
+def quant_1x128(x: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: object = E4M3FN,
+                observe=None) -> Tuple[np.ndarray, np.ndarray]:
+    """Rows of ``x`` [R, C] (C % 128 == 0) in 1x128 blocks: (FP8 values [R, C], 1/scale [R, C/128]).
+    ``observe(scaled, amax, scales)``, if given, sees the scaled values before rounding."""
     rows, cols = x.shape
     blocks = x.reshape(rows, cols // BLOCK, BLOCK)
-    scale = scale_from_amax(_amax(blocks, 2), epsilon, pow2)
+    amax = _amax(blocks, 2)
+    scale = scale_from_amax(amax, epsilon, pow2, fmt)
     with np.errstate(invalid="ignore", over="ignore"):
-        q = quantize(blocks * scale[:, :, None], E4M3FN).reshape(rows, cols)
+        scaled = blocks * scale[:, :, None]
+        if observe is not None:
+            observe(scaled, amax, scale)
+        q = quantize(scaled, fmt).reshape(rows, cols)
     with np.errstate(divide="ignore"):
         return q, np.float32(1.0) / scale
 
 
-def quant_128x128(x: np.ndarray, epsilon: float = 0.0, pow2: bool = True) -> Tuple[np.ndarray, np.ndarray]:
-    """``x`` [R, C] (both % 128 == 0) in 128x128 blocks: (e4m3 values, 1/scale [R/128, C/128])."""
+def quant_128x128(x: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: object = E4M3FN,
+                  observe=None) -> Tuple[np.ndarray, np.ndarray]:
+    """``x`` [R, C] (both % 128 == 0) in 128x128 blocks: (FP8 values, 1/scale [R/128, C/128])."""
     rows, cols = x.shape
     blocks = x.reshape(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
-    scale = scale_from_amax(_amax(blocks, (1, 3)), epsilon, pow2)
+    amax = _amax(blocks, (1, 3))
+    scale = scale_from_amax(amax, epsilon, pow2, fmt)
     with np.errstate(invalid="ignore", over="ignore"):
-        q = quantize(blocks * scale[:, None, :, None], E4M3FN).reshape(rows, cols)
+        scaled = blocks * scale[:, None, :, None]
+        if observe is not None:
+            observe(scaled, amax, scale)
+        q = quantize(scaled, fmt).reshape(rows, cols)
     with np.errstate(divide="ignore"):
         return q, np.float32(1.0) / scale
 
