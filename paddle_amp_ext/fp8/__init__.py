@@ -7,10 +7,12 @@
 - :mod:`.emulation`: :func:`fp8_emulation`, installing the emulations for a ``with`` block.
 - :mod:`.linear`: :func:`fp8_linears`, any model's ``nn.Linear`` layers as FP8 linears under a recipe.
 - :mod:`.stats`: :class:`Fp8Stats`, what FP8 loses per layer, tensor and step.
+- :mod:`.advice`: :func:`diagnose` (the doctor) and :func:`advise_fp8` (``fp8_exclude_layers``).
 """
 
 from __future__ import annotations
 
+from .advice import advise_fp8, diagnose
 from .emulation import fp8_emulation
 from .formats import E4M3FN, E5M2, Fp8Format, quantize
 from .linear import Fp8Recipe, fp8_linears
@@ -18,4 +20,4 @@ from .readiness import RECIPES, Fp8Software, RecipeVerdict, fp8_readiness, probe
 from .stats import Fp8Stats, QuantRecord
 
 __all__ = ["E4M3FN", "E5M2", "RECIPES", "Fp8Format", "Fp8Recipe", "Fp8Software", "Fp8Stats", "QuantRecord",
-           "RecipeVerdict", "fp8_emulation", "fp8_linears", "fp8_readiness", "probe_software", "quantize"]
+           "RecipeVerdict", "advise_fp8", "diagnose", "fp8_emulation", "fp8_linears", "fp8_readiness", "probe_software", "quantize"]

@@ -74,12 +74,12 @@ class Fp8Recipe:
             raise ValueError(f"epsilon must be a finite number >= 0. Received: epsilon={self.epsilon!r}")
         for name in ("amax_history_len", "margin"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "amax_history_len" else 0):
-                raise ValueError(f"{name} must be an int >= {1 if name == 'amax_history_len' else 0}. "
-                                 f"Received: {name}={value!r}")
+            low = 1 if name == "amax_history_len" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}. Received: {name}={value!r}")
 
     @classmethod
-    def of(cls, recipe: Union["Fp8Recipe", str]) -> "Fp8Recipe":
+    def of(cls, recipe: Union[Fp8Recipe, str]) -> Fp8Recipe:
         """``recipe`` as an :class:`Fp8Recipe` (a string names the scaling)."""
         if isinstance(recipe, Fp8Recipe):
             return recipe
@@ -184,6 +184,10 @@ def fp8_linear(x: paddle.Tensor, weight: paddle.Tensor, bias: Optional[paddle.Te
     return _Fp8LinearFn.apply(x, weight, bias, state)
 
 
+def _forward(layer: paddle.nn.Linear, state: _LayerState) -> Callable:
+    return lambda x: fp8_linear(x, layer.weight, layer.bias, state)
+
+
 def _linears(model: paddle.nn.Layer) -> List[Tuple[str, paddle.nn.Linear]]:
     return [(name or type(model).__name__, layer) for name, layer in model.named_sublayers(include_self=True)
             if isinstance(layer, paddle.nn.Linear)]
@@ -222,13 +226,12 @@ def fp8_linears(model: paddle.nn.Layer, recipe: Union[Fp8Recipe, str] = "blockwi
         for name, layer in layers:
             if name in exclude:
                 continue
-            key = ("_amp_fp8_state", recipe)
-            state = layer.__dict__.get(key[0])
+            state = layer.__dict__.get("_amp_fp8_state")
             if state is None or state.recipe != recipe:
                 state = _LayerState(name, recipe, stats)
-                layer.__dict__[key[0]] = state
+                layer.__dict__["_amp_fp8_state"] = state
             state.stats = stats
-            layer.__dict__["forward"] = (lambda lyr, st: lambda x: fp8_linear(x, lyr.weight, lyr.bias, st))(layer, state)
+            layer.__dict__["forward"] = _forward(layer, state)
             switched.append(layer)
         yield stats
     finally:
