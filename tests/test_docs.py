@@ -61,14 +61,16 @@ def test_every_public_submodule_has_its_page():
     text = _api_text()
     for module in ("paddle_amp_ext.distributed", "paddle_amp_ext.integrations.paddlenlp",
                    "paddle_amp_ext.integrations.paddleformers", "paddle_amp_ext.integrations.hapi",
-                   "paddle_amp_ext.visualdl", "paddle_amp_ext.rehearsal", "paddle_amp_ext.debugging"):
+                   "paddle_amp_ext.visualdl", "paddle_amp_ext.rehearsal", "paddle_amp_ext.debugging",
+                   "paddle_amp_ext.fp8"):
         assert f"::: {module}" in text, module
     import paddle_amp_ext.distributed as distributed
+    import paddle_amp_ext.fp8 as fp8
     import paddle_amp_ext.rehearsal as rehearsal
     import paddle_amp_ext.visualdl as visualdl
 
     documented = _documented()
-    for sub in (distributed, rehearsal, visualdl):
+    for sub in (distributed, fp8, rehearsal, visualdl):
         assert [n for n in sub.__all__ if n not in documented] == [], sub.__name__
 
 

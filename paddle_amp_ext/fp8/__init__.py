@@ -20,4 +20,5 @@ from .readiness import RECIPES, Fp8Software, RecipeVerdict, fp8_readiness, probe
 from .stats import Fp8Stats, QuantRecord
 
 __all__ = ["E4M3FN", "E5M2", "RECIPES", "Fp8Format", "Fp8Recipe", "Fp8Software", "Fp8Stats", "QuantRecord",
-           "RecipeVerdict", "advise_fp8", "diagnose", "fp8_emulation", "fp8_linears", "fp8_readiness", "probe_software", "quantize"]
+           "RecipeVerdict", "advise_fp8", "diagnose", "fp8_emulation", "fp8_linears", "fp8_readiness",
+           "probe_software", "quantize"]

@@ -33,7 +33,7 @@ import numpy as np
 import paddle
 
 from .formats import fp8_format, quantize
-from .kernels import BLOCK, quant_1x128, quant_128x128, scale_from_amax
+from .kernels import BLOCK, matmul, quant_1x128, quant_128x128, scale_from_amax
 from .stats import Fp8Stats
 
 SCALINGS = ("blockwise", "current", "delayed")
@@ -155,7 +155,7 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
         w = weight.astype("float32").numpy()
         xq = state.dequant(x2, "input", "rows")
         wq = state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows")
-        y = xq @ wq
+        y = matmul(xq, wq)
         if bias:
             y = y + bias[0].astype("float32").numpy()
         ctx.state, ctx.x2, ctx.wq, ctx.shape, ctx.has_bias = state, x2, wq, shape, bool(bias)
@@ -167,9 +167,9 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
     def backward(ctx, dy):  # noqa: D102
         state = ctx.state
         g = dy.reshape([-1, dy.shape[-1]]).astype("float32").numpy()
-        dx = state.dequant(g, "output_grad", "rows") @ ctx.wq.T  # contracts N: blocks along N
+        dx = matmul(state.dequant(g, "output_grad", "rows"), ctx.wq.T)  # contracts N: blocks along N
         # dw = x^T dy contracts the tokens: both in blocks along the tokens
-        dw = state.dequant(ctx.x2, "input", "cols").T @ state.dequant(g, "output_grad", "cols")
+        dw = matmul(state.dequant(ctx.x2, "input", "cols").T, state.dequant(g, "output_grad", "cols"))
         grads = [paddle.to_tensor(dx.reshape(ctx.shape).astype(np.float32)).astype(ctx.dtypes[0]),
                  paddle.to_tensor(dw.astype(np.float32)).astype(ctx.dtypes[1])]
         if ctx.has_bias:
