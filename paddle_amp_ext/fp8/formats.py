@@ -92,7 +92,8 @@ def quantize(x: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
         ValueError: ``fmt`` names no FP8 format.
     """
     spec = fp8_format(fmt)
-    x = np.asarray(x, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf, then +-max
+        x = np.asarray(x, dtype=np.float32)
     shift, half_minus_one, keep, magic = _constants(spec)
     size = np.abs(x)
     bits = size.view(np.uint32)
