@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         model, x, y = build()
         variants = {"float32": step_fn(model, x, y)}
         for recipe in ("blockwise", "current", "delayed"):
-            variants[recipe] = step_fn(model, x, y, lambda r=recipe: fp8_linears(model, r))
+            variants[recipe] = step_fn(model, x, y, lambda r=recipe, m=model: fp8_linears(m, r))
 
         samples = paired(variants, args.steps, args.repeats)
         twin, _, _ = build()
