@@ -144,3 +144,25 @@ def test_recipe_defaults_and_strings():
     assert Fp8Recipe.of("blockwise").grad_fmt == "e4m3fn" and Fp8Recipe.of("blockwise").pow2 is True
     with pytest.raises(TypeError, match="recipe must be an Fp8Recipe or one of .*Received: 3 \\(of type int\\)"):
         Fp8Recipe.of(3)
+
+
+def test_stats_reach_a_dashboard_writer():
+    class Writer:
+        def __init__(self):
+            self.rows = []
+
+        def add_scalar(self, tag, value, step):
+            self.rows.append((tag, value, step))
+
+    model = paddle.nn.Sequential(paddle.nn.Linear(4, 2))
+    stats = Fp8Stats()
+    for _ in range(2):
+        with fp8_linears(model, "delayed", stats=stats):
+            model(paddle.to_tensor([[1000.0, 1.0, 2.0, 3.0]]))
+        stats.next_step()
+    writer = Writer()
+    assert stats.log_to(writer, step=0) == 10  # input and weight, five values each
+    assert ("fp8/0/input/saturated", 0.25, 0) in writer.rows
+    assert stats.log_to(writer) == 10 and writer.rows[-1][2] == 1
+    with pytest.raises(TypeError, match="writer must have add_scalar"):
+        stats.log_to(object())

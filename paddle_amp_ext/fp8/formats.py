@@ -98,14 +98,19 @@ def quantize(x: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
     size = np.abs(x)
     bits = size.view(np.uint32)
     # round the significand to mantissa_bits, ties to even: add half an ulp minus one plus the
-    # kept lowest bit, then cut; a carry moves into the exponent as it should
-    normal = ((bits + half_minus_one + ((bits >> shift) & np.uint32(1))) & keep).view(np.float32)
+    # kept lowest bit, then cut; a carry moves into the exponent as it should (in place: fewer passes)
+    rounded = bits >> shift
+    rounded &= np.uint32(1)
+    rounded += half_minus_one
+    rounded += bits
+    rounded &= keep
     with np.errstate(invalid="ignore"):
+        small = (size + magic) - magic
         # NaN fails the test and takes the subnormal branch, which keeps it NaN (the bit
         # rounding of a NaN with a small payload would give inf)
-        out = np.where(size >= np.float32(spec.min_normal), normal, (size + magic) - magic)
+        out = np.where(size >= np.float32(spec.min_normal), rounded.view(np.float32), small)
         np.minimum(out, np.float32(spec.max), out=out)  # SATFINITE: inf and overflow -> max; NaN stays
-    return np.copysign(out, x)
+    return np.copysign(out, x, out=out)
 
 
 def _positive_codes(spec: Fp8Format) -> np.ndarray:

@@ -158,7 +158,9 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
         y = matmul(xq, wq)
         if bias:
             y = y + bias[0].astype("float32").numpy()
-        ctx.state, ctx.x2, ctx.wq, ctx.shape, ctx.has_bias = state, x2, wq, shape, bool(bias)
+        ctx.state, ctx.wq, ctx.shape, ctx.has_bias = state, wq, shape, bool(bias)
+        # per-tensor recipes quantize x the same way whichever dimension a GEMM contracts
+        ctx.x2 = x2 if state.recipe.scaling == "blockwise" else xq
         ctx.dtypes = (x.dtype, weight.dtype)
         ctx.wanted = [not t.stop_gradient for t in (x, weight, *bias)]
         return paddle.to_tensor(y.reshape(shape[:-1] + [w.shape[1]]).astype(np.float32)).astype(x.dtype)
@@ -167,9 +169,12 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
     def backward(ctx, dy):  # noqa: D102
         state = ctx.state
         g = dy.reshape([-1, dy.shape[-1]]).astype("float32").numpy()
-        dx = matmul(state.dequant(g, "output_grad", "rows"), ctx.wq.T)  # contracts N: blocks along N
-        # dw = x^T dy contracts the tokens: both in blocks along the tokens
-        dw = matmul(state.dequant(ctx.x2, "input", "cols").T, state.dequant(g, "output_grad", "cols"))
+        gq = state.dequant(g, "output_grad", "rows")
+        dx = matmul(gq, ctx.wq.T)  # contracts N: blocks along N
+        if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
+            dw = matmul(state.dequant(ctx.x2, "input", "cols").T, state.dequant(g, "output_grad", "cols"))
+        else:  # one scale per tensor: the quantized x and dy of the other GEMMs
+            dw = matmul(ctx.x2.T, gq)
         grads = [paddle.to_tensor(dx.reshape(ctx.shape).astype(np.float32)).astype(ctx.dtypes[0]),
                  paddle.to_tensor(dw.astype(np.float32)).astype(ctx.dtypes[1])]
         if ctx.has_bias:

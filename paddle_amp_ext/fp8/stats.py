@@ -99,6 +99,24 @@ class Fp8Stats:
                     out[f"fp8/{r.layer}/{r.role}/{key}"] = getattr(r, key)
         return out
 
+    def log_to(self, writer: object, step: Optional[int] = None) -> int:
+        """Write :meth:`scalars` of ``step`` to a dashboard writer with ``add_scalar(tag, value,
+        step)`` (VisualDL's ``LogWriter``); returns how many were written.
+
+        Raises:
+            TypeError: ``writer`` has no ``add_scalar``.
+        """
+        if not callable(getattr(writer, "add_scalar", None)):
+            raise TypeError(f"writer must have add_scalar(tag, value, step), as VisualDL's LogWriter. "
+                            f"Received: {type(writer).__name__}")
+        if not self.records:
+            return 0
+        step = self.records[-1].step if step is None else step
+        values = self.scalars(step)
+        for tag, value in values.items():
+            writer.add_scalar(tag=tag, value=value, step=step)
+        return len(values)
+
     def worst(self, threshold: float = 1e-3) -> Optional[dict]:
         """The (layer, tensor) that loses most, with the fix, or None when no tensor loses more
         than ``threshold`` of its values."""
