@@ -33,7 +33,7 @@ import numpy as np
 import paddle
 
 from .formats import fp8_format, quantize
-from .kernels import BLOCK, matmul, quant_1x128, quant_128x128, scale_from_amax
+from .kernels import BLOCK, quant_1x128, quant_128x128, scale_from_amax
 from .stats import Fp8Stats
 
 SCALINGS = ("blockwise", "current", "delayed")
@@ -110,22 +110,23 @@ class _LayerState:
 
     def dequant(self, a: np.ndarray, role: str, along: str) -> np.ndarray:
         """``a`` [R, C] as the recipe stores it, back in float32. ``along``: ``"rows"`` (1x128
-        blocks along C), ``"cols"`` (along R) or ``"tiles"`` (128x128)."""
+        blocks along C), ``"rows_quiet"`` (the same, not recorded: the second quantization of a
+        tensor in a step) or ``"tiles"`` (128x128)."""
         r = self.recipe
         fmt = r.grad_fmt if role == "output_grad" else r.fmt
-        observe = self._observer(role, fmt, a.size) if along != "cols" else None  # one record per tensor and step
+        observe = self._observer(role, fmt, a.size) if along != "rows_quiet" else None  # one record per tensor, step
         if r.scaling == "blockwise":
-            if along == "cols":
-                return self.dequant(np.ascontiguousarray(a.T), role, "rows_quiet").T
             rows, cols = a.shape
-            if along == "tiles":
-                q, inv = quant_128x128(_pad(a, BLOCK, BLOCK), r.epsilon, r.pow2, fmt, observe)
-                inv_full = np.repeat(np.repeat(inv, BLOCK, 0), BLOCK, 1)
-            else:
-                q, inv = quant_1x128(_pad(a), r.epsilon, r.pow2, fmt, None if along == "rows_quiet" else observe)
-                inv_full = np.repeat(inv, BLOCK, 1)
             with np.errstate(invalid="ignore", over="ignore"):
-                return (q * inv_full)[:rows, :cols]
+                if along == "tiles":
+                    q, inv = quant_128x128(_pad(a, BLOCK, BLOCK), r.epsilon, r.pow2, fmt, observe)
+                    blocks = q.reshape(inv.shape[0], BLOCK, inv.shape[1], BLOCK)
+                    blocks *= inv[:, None, :, None]
+                else:
+                    q, inv = quant_1x128(_pad(a), r.epsilon, r.pow2, fmt, observe)
+                    blocks = q.reshape(q.shape[0], inv.shape[1], BLOCK)
+                    blocks *= inv[:, :, None]
+            return q[:rows, :cols]
         amax = np.fmax.reduce(np.abs(a), axis=None, initial=np.float32(0.0))
         if r.scaling == "current":
             scale = scale_from_amax(amax, r.epsilon, r.pow2, fmt)
@@ -133,10 +134,10 @@ class _LayerState:
             scale = self.scale.get(role, np.float32(1.0))
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             scaled = a * scale
-            if observe is not None and along != "cols":
+            if observe is not None:
                 observe(scaled, amax, np.array([scale], np.float32))
             out = quantize(scaled, fmt) * (np.float32(1.0) / scale)
-        if r.scaling == "delayed" and along != "cols":
+        if r.scaling == "delayed":
             hist = self.history.setdefault(role, collections.deque(maxlen=r.amax_history_len))
             hist.append(float(amax))
             top = max(hist)
@@ -146,37 +147,59 @@ class _LayerState:
         return out
 
 
+def _tensor(a: np.ndarray) -> paddle.Tensor:
+    return paddle.to_tensor(np.ascontiguousarray(a, np.float32))
+
+
+def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False):
+    """``paddle.matmul``, and zeros for an empty operand (Paddle 2.6's matmul refuses those)."""
+    if 0 in a.shape or 0 in b.shape:
+        rows = a.shape[1] if transpose_x else a.shape[0]
+        cols = b.shape[0] if transpose_y else b.shape[1]
+        return paddle.zeros([rows, cols], "float32")
+    return paddle.matmul(a, b, transpose_x=transpose_x, transpose_y=transpose_y)
+
+
 class _Fp8LinearFn(paddle.autograd.PyLayer):
+    """The GEMMs by Paddle's float32 CPU matmul on the dequantized operands (float32 accumulation;
+    numpy's threaded BLAS ran 40 times slower next to Paddle's threads on a busy machine)."""
+
     @staticmethod
     def forward(ctx, x, weight, *bias_and_state):  # noqa: D102
         *bias, state = bias_and_state
         shape = list(x.shape)
         x2 = x.reshape([-1, shape[-1]]).astype("float32").numpy()
         w = weight.astype("float32").numpy()
-        xq = state.dequant(x2, "input", "rows")
-        wq = state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows")
-        y = matmul(xq, wq)
-        if bias:
-            y = y + bias[0].astype("float32").numpy()
+        xq = _tensor(state.dequant(x2, "input", "rows"))
+        wq = _tensor(state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows"))
+        if x2.shape[0] == 0:  # an empty batch: Paddle 2.6's ops refuse empty operands
+            y = paddle.to_tensor(np.zeros([0, w.shape[1]], np.float32))
+        else:
+            y = _matmul(xq, wq)
+            if bias:
+                y = y + bias[0].astype("float32")
         ctx.state, ctx.wq, ctx.shape, ctx.has_bias = state, wq, shape, bool(bias)
         # per-tensor recipes quantize x the same way whichever dimension a GEMM contracts
         ctx.x2 = x2 if state.recipe.scaling == "blockwise" else xq
         ctx.dtypes = (x.dtype, weight.dtype)
         ctx.wanted = [not t.stop_gradient for t in (x, weight, *bias)]
-        return paddle.to_tensor(y.reshape(shape[:-1] + [w.shape[1]]).astype(np.float32)).astype(x.dtype)
+        return y.reshape(shape[:-1] + [w.shape[1]]).astype(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):  # noqa: D102
         state = ctx.state
         g = dy.reshape([-1, dy.shape[-1]]).astype("float32").numpy()
-        gq = state.dequant(g, "output_grad", "rows")
-        dx = matmul(gq, ctx.wq.T)  # contracts N: blocks along N
+        gq = _tensor(state.dequant(g, "output_grad", "rows"))
+        dx = _matmul(gq, ctx.wq, transpose_y=True)  # contracts N: blocks along N
         if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
-            dw = matmul(state.dequant(ctx.x2, "input", "cols").T, state.dequant(g, "output_grad", "cols"))
+            xt = _tensor(state.dequant(np.ascontiguousarray(ctx.x2.T), "input", "rows_quiet"))
+            gt = _tensor(state.dequant(np.ascontiguousarray(g.T), "output_grad", "rows_quiet"))
+            dw = _matmul(xt, gt, transpose_y=True)
         else:  # one scale per tensor: the quantized x and dy of the other GEMMs
-            dw = matmul(ctx.x2.T, gq)
-        grads = [paddle.to_tensor(dx.reshape(ctx.shape).astype(np.float32)).astype(ctx.dtypes[0]),
-                 paddle.to_tensor(dw.astype(np.float32)).astype(ctx.dtypes[1])]
+            dw = _matmul(ctx.x2, gq, transpose_x=True)
+        if g.shape[0] == 0:
+            dx = paddle.to_tensor(np.zeros([0, ctx.shape[-1]], np.float32))
+        grads = [dx.reshape(ctx.shape).astype(ctx.dtypes[0]), dw.astype(ctx.dtypes[1])]
         if ctx.has_bias:
             grads.append(paddle.to_tensor(g.sum(axis=0).astype(np.float32)))
         return tuple(grad if wanted else None for grad, wanted in zip(grads, ctx.wanted))
