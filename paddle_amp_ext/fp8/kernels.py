@@ -2,8 +2,9 @@
 
 Each function takes and returns Paddle tensors like the entry point it stands for (FP8 tensors
 in ``float8_e4m3fn``), checks what the GPU kernel checks, and computes in float32 numpy the way
-the CUDA source does. The sources followed (Paddle ``develop``, read through the code search; the
-file names are stable since 3.0, line numbers are those of the version read):
+the CUDA source does. The sources followed (Paddle ``develop``, read through the code search;
+``fp8_quant_blockwise_kernel.cu`` at commit 020de3c53ae5, where ``ScaleWrapper`` is about lines
+133-162; the functions are named so that another version can be checked):
 
 - :func:`fp8_quant_blockwise`: ``paddle/phi/kernels/legacy/gpu/fp8_quant_blockwise_kernel.cu``:
   ``ScaleWrapper`` (the scale is ``448 / max(amax, epsilon)`` in float32; 1 when that max is 0;
