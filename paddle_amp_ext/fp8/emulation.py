@@ -8,7 +8,8 @@ FP8 targets of ``paddle.cast`` / ``Tensor.astype`` / ``Tensor.cast``, and, in Pa
 ``paddleformers.transformers.fp8_utils`` (1.2.0 calls ``deep_gemm.fp8_gemm_nt`` in every FP8
 forward with no fallback), a ``deep_gemm`` namespace; in ``paddleformers.quantization.qat_utils``
 the ``fp8_fp8_half_gemm_fused`` it imported by name. Everything is restored on exit, also on an
-exception; blocks nest.
+exception; blocks nest. The patches are process-wide: other threads see the emulations while a
+block runs.
 
 Example:
     >>> import paddle_amp_ext as amp
@@ -25,6 +26,7 @@ from typing import Iterator, List, Tuple
 
 import paddle
 
+from .._compat.fp8 import swiglu_grad_slot
 from ..errors import AmpUnsupportedError
 from . import helpers, kernels
 
@@ -67,7 +69,7 @@ def _patches(casts: bool) -> List[Tuple[object, str, object]]:
                     (paddle.Tensor, "astype", _saturating(paddle.Tensor.astype)),
                     (paddle.Tensor, "cast", _saturating(paddle.Tensor.cast))]
     if paddle.device.get_device() == "cpu":  # the CPU's swiglu has no bfloat16 kernel
-        patches.append((paddle._C_ops, "swiglu_grad", helpers.swiglu_grad))
+        patches.append((*swiglu_grad_slot(), helpers.swiglu_grad))
     fp8_utils = sys.modules.get("paddleformers.transformers.fp8_utils")
     if fp8_utils is not None:
         patches.append((fp8_utils, "deep_gemm", _deep_gemm()))
