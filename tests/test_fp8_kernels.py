@@ -164,3 +164,27 @@ def test_swiglu_helpers_match_float32_autograd():
     mine, none = helpers.swiglu_grad(x.detach(), None, dout)
     assert none is None
     np.testing.assert_allclose(mine.numpy(), grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@needs_fp8
+def test_deep_gemm_entry_points_as_fp8_utils_calls_them():
+    rng = np.random.default_rng(4)
+    x = bf16(rng.standard_normal((256, 256)))
+    w = bf16(rng.standard_normal((2, 128, 256)) * 0.1)
+    xq, xs = kernels.fp8_quant_blockwise(x)  # scale [K/128, M]; DeepGEMM takes its transpose
+    experts = [kernels.fp8_quant_blockwise(w[g], quant_method="128x128", output_scale_transpose=False)
+               for g in range(2)]
+    out = paddle.zeros([256, 128], "bfloat16")
+    kernels.fp8_gemm_nt((xq, xs.T), experts[0], out)
+    ref = kernels.fp8_gemm_blockwise(xq, xs, experts[0][0], experts[0][1], "bfloat16", is_b_1d_scaled=False)
+    assert np.array_equal(kernels.to_numpy(out), kernels.to_numpy(ref))
+    index = np.array([0] * 100 + [1] * 100 + [-1] * 56)
+    grouped = paddle.full([256, 128], 7.0, "bfloat16")
+    stacked_w = paddle.stack([e[0].astype("float32") for e in experts]).astype("float8_e4m3fn")
+    stacked_s = paddle.stack([e[1] for e in experts])
+    kernels.m_grouped_fp8_gemm_nt_contiguous((xq, xs.T), (stacked_w, stacked_s), grouped, paddle.to_tensor(index))
+    got = kernels.to_numpy(grouped)
+    assert np.array_equal(got[:100], kernels.to_numpy(ref)[:100])
+    other = kernels.fp8_gemm_blockwise(xq, xs, experts[1][0], experts[1][1], "bfloat16", is_b_1d_scaled=False)
+    assert np.array_equal(got[100:200], kernels.to_numpy(other)[100:200])
+    assert (got[200:] == 7.0).all(), "rows with index -1 are padding and stay untouched"

@@ -99,3 +99,16 @@ def test_half_gemm_fused_errors():
         kernels.fp8_fp8_half_gemm_fused(x, x)
     with pytest.raises(TypeError, match="y must be an FP8 tensor of rank >= 2"):
         kernels.fp8_fp8_half_gemm_fused(x, paddle.ones([64]))
+
+
+def test_dequant_and_cast_and_deep_gemm_hostile():
+    q, s = kernels.fp8_quant_blockwise(bf16([128, 256]), output_scale_transpose=False)
+    with pytest.raises(ValueError, match=r"fused_act_dequant: x_scale is \[2, 128\]; expected \[128, 2\]"):
+        kernels.fused_act_dequant(q, s.T)
+    with pytest.raises(TypeError, match="x must be FP8"):
+        kernels.fused_act_dequant(bf16([128, 256]), s)
+    assert kernels.cast(paddle.to_tensor([1.5]), "float16").dtype == paddle.float16
+    nan = kernels.to_numpy(kernels.cast(paddle.to_tensor([np.nan, -np.inf]), "float8_e5m2"))
+    assert np.isnan(nan[0]) and nan[1] == -57344.0
+    with pytest.raises(TypeError, match="lhs must be FP8"):
+        kernels.fp8_gemm_nt((bf16([128, 128]), s), (q, s), paddle.zeros([128, 128]))

@@ -81,3 +81,17 @@ def test_a_model_without_linears_is_left_alone():
     with fp8_linears(model) as stats:
         model(paddle.ones([2]))
     assert stats.records == [] and stats.summary() == [] and stats.scalars() == {} and stats.worst() is None
+
+
+def test_record_off_keeps_the_stats_empty_and_the_results_equal():
+    model = lin(130, 4)
+    x = paddle.randn([3, 130])
+    with fp8_linears(model, "blockwise") as recorded:
+        a = model(x)
+    with fp8_linears(model, "blockwise", record=False) as silent:
+        b = model(x)
+    assert recorded.records and silent.records == []
+    assert np.array_equal(a.numpy(), b.numpy())
+    with pytest.raises(TypeError, match="record must be True or False. Received: record='no'"):
+        with fp8_linears(model, record="no"):
+            pass
