@@ -35,6 +35,7 @@ else:
     from .device import probe
     from .errors import AmpOverflowError, AmpUnsupportedError
     from .events import StepEvent, StepResult
+    from .fp8 import fp8_emulation, fp8_linears, fp8_readiness
     from .gate import AmpDecision, DeviceInfo, decide
     from .guard import OptimizerGuard, guard_optimizer
     from .integrations import hapi_amp_configs
@@ -95,6 +96,9 @@ else:
         "decorate",
         "find_overflow",
         "fp16_emulation",
+        "fp8_emulation",
+        "fp8_linears",
+        "fp8_readiness",
         "guard_optimizer",
         "hapi_amp_configs",
         "is_bfloat16_supported",

@@ -166,7 +166,7 @@ def test_check_writes_nothing_unless_asked(tmp_path):
     assert json.loads(again.stdout)["rehearsal_rounding"] == built, "found once built, still without writing"
 
 
-@pytest.mark.parametrize("args", [["--what-if", "V100"], ["--what-if", "V100:seven"], ["--require", "fp8"], ["--bogus"]])
+@pytest.mark.parametrize("args", [["--what-if", "V100"], ["--what-if", "V100:seven"], ["--require", "fp4"], ["--bogus"]])
 def test_usage_errors_exit_2_with_a_message(args):
     proc = run_cli(*args)
     assert proc.returncode == 2

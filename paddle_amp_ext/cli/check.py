@@ -21,6 +21,7 @@ from .._native import NativeStatus, build
 from ..backends import Accelerator, paddle_support
 from ..config import AmpConfig
 from ..errors import AmpUnsupportedError
+from ..fp8 import readiness as fp8_ready
 from ..gate import AmpDecision, DeviceInfo, decide
 from . import FOUND, OK, UsageError, emit, fail, parse
 
@@ -48,6 +49,7 @@ class CheckReport:
     accelerator: Optional[Accelerator] = None  # a ROCm GPU, XPU or custom device: Paddle's own rule decides
     rules_of: Tuple[int, ...] = ()  # the Paddle version whose rules judged the accelerator
     requirements: Tuple[Tuple[str, AmpDecision], ...] = ()  # --require fp16/bf16/any: the gate's answer
+    fp8: Tuple[fp8_ready.RecipeVerdict, ...] = ()  # per FP8 recipe (paddle_amp_ext.fp8.readiness)
 
     def to_dict(self) -> dict:
         return {
@@ -77,6 +79,7 @@ class CheckReport:
             "smoke": self.smoke,
             "rehearsal_rounding": None if self.rounding is None else {
                 "native": self.rounding.available, "detail": self.rounding.detail},
+            "fp8": [v.to_dict() for v in self.fp8],
         }
 
 
@@ -227,7 +230,16 @@ def collect(requested: str = "auto", what_if: Device = None, smoke: bool = False
         requirements=requirements,
         accelerator=accelerator,
         rules_of=version,
+        fp8=fp8_ready.fp8_readiness(device if isinstance(device, DeviceInfo) else None,
+                                    fp8_ready.probe_software(), no_device_reason=_fp8_no_device(accelerator, no_device)),
     )
+
+
+def _fp8_no_device(accelerator: Optional[Accelerator], no_device: str) -> str:
+    """Why no FP8 recipe is judged for a device: Paddle's FP8 kernels are CUDA's only."""
+    if accelerator is not None:
+        return f"Paddle's FP8 kernels are CUDA-only; this device is {accelerator.kind}"
+    return no_device
 
 
 def render(report: CheckReport) -> str:
@@ -265,6 +277,7 @@ def render(report: CheckReport) -> str:
     ]
     if report.smoke is not None:
         lines.append(f"Smoke test: {report.smoke}")
+    lines += fp8_ready.render(report.fp8)
     if report.notes:
         lines.append("")
         lines += [f"Note: {n}" for n in report.notes]
@@ -275,6 +288,10 @@ def unmet(report: CheckReport, require: Optional[str]) -> Optional[str]:
     """Why ``--require`` is not met (``--require bf16: ...``), or None when it is (or was not asked)."""
     if require is None:
         return None
+    if require == "fp8":
+        if fp8_ready.fp8_usable(report.fp8):
+            return None
+        return "--require fp8 is not met: no FP8 recipe can run here (see the FP8 recipes lines for why)"
     decision = dict(report.requirements)[require]
     return None if decision.enabled else f"--require {require} is not met: {decision.reason}"
 
@@ -306,8 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
                "or Paddle not installed.",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--require", choices=("fp16", "bf16", "any"),
-                        help="exit 1 unless this AMP precision is usable")
+    parser.add_argument("--require", choices=("fp16", "bf16", "any", "fp8"),
+                        help="exit 1 unless this AMP precision is usable (fp8: any FP8 recipe)")
     parser.add_argument("--what-if", metavar="DEVICE",
                         help=f"evaluate the gate for a device that is not present: {WHAT_IF_FORMS}")
     parser.add_argument("--smoke", action="store_true", help="run a tiny auto_cast matmul on the GPU")
