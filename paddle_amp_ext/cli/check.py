@@ -12,7 +12,7 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 import numpy
 
@@ -21,9 +21,11 @@ from .._native import NativeStatus, build
 from ..backends import Accelerator, paddle_support
 from ..config import AmpConfig
 from ..errors import AmpUnsupportedError
-from ..fp8 import readiness as fp8_ready
 from ..gate import AmpDecision, DeviceInfo, decide
 from . import FOUND, OK, UsageError, emit, fail, parse
+
+if TYPE_CHECKING:
+    from ..fp8 import readiness as fp8_ready
 
 _WHAT_IF = re.compile(r"^(?P<name>.+?):(?P<cc>\d+)\.(?P<minor>\d)(?::(?P<mem>\d+(?:\.\d+)?))?$")
 _ACCELERATOR = re.compile(r"^(?P<kind>rocm|xpu|custom):(?P<rest>.*)$", re.IGNORECASE)
@@ -230,16 +232,26 @@ def collect(requested: str = "auto", what_if: Device = None, smoke: bool = False
         requirements=requirements,
         accelerator=accelerator,
         rules_of=version,
-        fp8=fp8_ready.fp8_readiness(device if isinstance(device, DeviceInfo) else None,
-                                    fp8_ready.probe_software(), no_device_reason=_fp8_no_device(accelerator, no_device)),
+        fp8=_fp8_verdicts(device, accelerator, no_device),
     )
 
 
-def _fp8_no_device(accelerator: Optional[Accelerator], no_device: str) -> str:
-    """Why no FP8 recipe is judged for a device: Paddle's FP8 kernels are CUDA's only."""
+def _fp8_verdicts(device: Device, accelerator: Optional[Accelerator], no_device: str) -> tuple:
+    """Per FP8 recipe, whether this device and software run it (Paddle's FP8 kernels are CUDA's only).
+
+    Imported here: ``paddle_amp_ext.fp8`` imports Paddle, and ``check`` must answer without it."""
+    from ..fp8 import readiness as fp8_ready
+
     if accelerator is not None:
-        return f"Paddle's FP8 kernels are CUDA-only; this device is {accelerator.kind}"
-    return no_device
+        no_device = f"Paddle's FP8 kernels are CUDA-only; this device is {accelerator.kind}"
+    return fp8_ready.fp8_readiness(device if isinstance(device, DeviceInfo) else None, fp8_ready.probe_software(),
+                                   no_device_reason=no_device)
+
+
+def _fp8_lines(report: CheckReport) -> List[str]:
+    from ..fp8 import readiness as fp8_ready
+
+    return fp8_ready.render(report.fp8)
 
 
 def render(report: CheckReport) -> str:
@@ -277,7 +289,7 @@ def render(report: CheckReport) -> str:
     ]
     if report.smoke is not None:
         lines.append(f"Smoke test: {report.smoke}")
-    lines += fp8_ready.render(report.fp8)
+    lines += _fp8_lines(report)
     if report.notes:
         lines.append("")
         lines += [f"Note: {n}" for n in report.notes]
@@ -289,7 +301,7 @@ def unmet(report: CheckReport, require: Optional[str]) -> Optional[str]:
     if require is None:
         return None
     if require == "fp8":
-        if fp8_ready.fp8_usable(report.fp8):
+        if any(v.ok for v in report.fp8):
             return None
         return "--require fp8 is not met: no FP8 recipe can run here (see the FP8 recipes lines for why)"
     decision = dict(report.requirements)[require]
