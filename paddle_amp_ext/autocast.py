@@ -172,7 +172,7 @@ def auto_cast(
 
     Returns:
         A context manager; inside it, eager ops run in the precision chosen. Entering it costs no
-        device-to-host sync.
+            device-to-host sync.
 
     Raises:
         ValueError: an unknown op name (with the closest real names), an op in both lists, or a
@@ -276,7 +276,7 @@ def decorate(
 
     Returns:
         ``models`` when ``optimizers`` is None, else ``(models, optimizers)``, converted where AMP
-        runs and unconverted elsewhere.
+            runs and unconverted elsewhere.
 
     Raises:
         ValueError: a ``level``, ``dtype`` or ``save_dtype`` Paddle does not accept, or an

@@ -105,7 +105,7 @@ class AmpConfig:
         max_consecutive_skips: After this many skipped steps in a row, ``on_collapse`` applies.
         on_collapse: ``"warn"`` or ``"raise"`` (``AmpOverflowError``).
         fp8_exclude_layers: ``nn.Linear`` sublayer names to keep out of FP8 under
-            :func:`paddle_amp_ext.fp8_linears` (the FP8 advisor writes them, see docs/fp8.md).
+            :func:`paddle_amp_ext.fp8_linears` (the FP8 advisor writes them).
 
     Raises:
         TypeError: a value of the wrong type, naming it and the fix.

@@ -36,6 +36,12 @@ RULES_OF = (3, 3, 1)
 class DeviceInfo:
     """One GPU as the gate sees it.
 
+    Attributes:
+        index: the device index (``gpu:0`` is 0).
+        name: the device name, e.g. ``"NVIDIA A100-SXM4-40GB"``.
+        compute_capability: ``(major, minor)``, e.g. ``(8, 0)``.
+        total_memory_bytes: the device memory (0 when unknown).
+
     Example:
         >>> DeviceInfo(index=0, name="NVIDIA A100-SXM4-40GB", compute_capability=(8, 0),
         ...            total_memory_bytes=40 * 2**30).supports_bf16
@@ -58,22 +64,27 @@ class DeviceInfo:
 
     @property
     def cc_text(self) -> str:
+        """The compute capability as text, e.g. ``"8.0"``."""
         return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
 
     @property
     def tensor_cores(self) -> bool:
+        """Whether the GPU has tensor cores (compute capability 7.0 or later)."""
         return self.compute_capability >= FP16_MIN_CC
 
     @property
     def supports_fp16(self) -> bool:
+        """Whether float16 AMP pays on it (compute capability 7.0 or later)."""
         return self.compute_capability >= FP16_MIN_CC
 
     @property
     def supports_bf16(self) -> bool:
+        """Whether it runs bfloat16 (compute capability 8.0 or later)."""
         return self.compute_capability >= BF16_MIN_CC
 
     @property
     def total_memory_mb(self) -> int:
+        """The device memory in MiB."""
         return self.total_memory_bytes // 2**20
 
 
@@ -135,7 +146,7 @@ def decide(
 
     Returns:
         AmpDecision with a reason naming the device, its compute capability (or generation, or
-        type) and the rule applied.
+            type) and the rule applied.
 
     Raises:
         ValueError: ``requested`` is not one of ``auto``, ``float16``, ``bfloat16``, ``float32``.

@@ -165,6 +165,7 @@ class OptimizerGuard:
     # ------------------------------------------------------------------ lifetime
     @property
     def optimizer(self) -> Any:
+        """The guarded optimizer."""
         return self._optimizer
 
     @property
@@ -222,6 +223,7 @@ class OptimizerGuard:
 
     @property
     def hooks(self) -> tuple:
+        """The registered hooks, in the order they are called."""
         return self._scaler.hooks
 
     def record_loss(self, loss: paddle.Tensor) -> paddle.Tensor:
@@ -255,10 +257,12 @@ class OptimizerGuard:
 
     @property
     def consecutive_skips(self) -> int:
+        """Guarded steps not applied in a row up to the last one (0 after an applied step; host int)."""
         return self._scaler.consecutive_skips
 
     @property
     def last_step_skipped(self) -> bool:
+        """Whether the last guarded step was not applied (host bool)."""
         return self._scaler.last_step_skipped
 
     @property

@@ -1,35 +1,9 @@
 """``GradScaler``: Paddle's scaler with clip-aware ``step``, bounds, reports and no silent collapse.
 
-The recipe (Paddle's documented loop, one argument more)::
-
-    scaler = paddle_amp_ext.GradScaler(init_loss_scaling=2**14)
-    with paddle_amp_ext.auto_cast():
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    result = scaler.step(optimizer, grad_clip=1.0)   # unscale, clip, step unless inf/nan
-    scaler.update()
-    optimizer.clear_grad()
-
-Gradient accumulation over K micro-batches: call ``scaler.scale(loss / K).backward()`` for each,
-then ``step``/``update``/``clear_grad`` once. Gradients accumulate scaled by the same scale and
-are unscaled once; hooks see the summed loss of the K micro-batches.
-
-Host syncs: ``step()`` reads one bool (found_inf) back from the device to decide whether to
-step, as Paddle's own scaler does once per iteration. Nothing else on the per-step path does;
-``loss_scale`` is tracked on the host. With more than one process the flag is agreed over the ranks
-(one MAX all-reduce) first where the ranks' flags can differ (fleet's sharding, tensor and
-pipeline parallel, stage 2/3, ``no_sync`` parameters); under plain data parallel the gradients
-are already identical after backward, so no collective runs (as in Paddle's and torch's
-scalers). Under fleet the clip runs inside the optimizer's step, on the reduced gradients: see
-:mod:`paddle_amp_ext.distributed`. Under fleet with a global-norm clip (``grad_clip=`` or the
-optimizer's own), with loss scaling on or off, the skip decision rides on the clip's reduced
-norm: no found_inf all-reduce, one collective fewer than Paddle's path. Auto-parallel
-DistTensor flags and norms are already global (Paddle's SPMD rules reduced them): no collective
-of ours runs on them. Under auto-dp (``dist.enable_auto_dp()``) each rank's gradient is its own
-addend until the step: the clip runs inside the step and the decision rides on its norm, or the
-flag is reduced once. The decision per layout: :mod:`paddle_amp_ext.distributed.skip`; the step
-path itself: :mod:`paddle_amp_ext.scaler_step`; ``update()`` and the hooks:
-:mod:`paddle_amp_ext.scaler_hooks`.
+The step path is :mod:`paddle_amp_ext.scaler_step`, ``update()`` and the hooks
+:mod:`paddle_amp_ext.scaler_hooks`, the skip decision per layout
+:mod:`paddle_amp_ext.distributed.skip`. Host syncs and collectives per layout: "Notes for
+maintainers" in the docs.
 """
 
 from __future__ import annotations
@@ -59,16 +33,24 @@ _SCALER_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_ratio=2.0, decr_ratio=0.
 class GradScaler(StepPath, Reports, PaddleGradScaler):
     """Drop-in ``paddle.amp.GradScaler`` (Paddle's arguments and defaults) with more keywords.
 
-    Where it differs from Paddle's scaler on purpose (docs/differences.md, "Where it differs from
-    paddle.amp, and why"): the scale is bounded to ``[min_loss_scaling, max_loss_scaling]``
-    (Paddle's is unbounded: it can fall to 1e-30 or grow to inf and stay there); ``state_dict()``
-    is never empty and ``load_state_dict`` also loads while loss scaling is off (Paddle's returns
-    ``{}`` and ignores the load then), so a CPU run's checkpoint resumes on a GPU; ``step()``
-    returns a :class:`StepResult`; ``update()`` logs instead of printing. Paddle's attributes
-    that programs read keep Paddle's meaning: ``_enable``, ``_scale``, ``_found_inf``,
-    ``_cache_found_inf``/``_cache_founf_inf`` (set after every ``step``/``minimize``),
-    ``get_init_loss_scaling()`` and ``is_use_dynamic_loss_scaling()`` (False and 1.0 while
-    loss scaling is off, as Paddle's).
+    ``step()`` unscales, clips, and steps unless the gradients are inf/nan, returning a
+    :class:`StepResult`; the scale stays within ``[min_loss_scaling, max_loss_scaling]``;
+    ``state_dict()`` is never empty. Paddle's attributes that programs read (``_scale``,
+    ``_found_inf``, ``_cache_found_inf``...) keep Paddle's meaning. The differences, and why:
+    "Where it differs from paddle.amp" in the docs.
+
+    Syncs once per step: ``step()`` reads one bool (found_inf) to the host. With several processes,
+    where the ranks' flags can differ, it is agreed first (one MAX all-reduce, or the clip's reduced
+    norm); see :func:`~paddle_amp_ext.distributed.flags_agree`.
+
+    Example:
+        >>> scaler = paddle_amp_ext.GradScaler(init_loss_scaling=2**14)
+        >>> with paddle_amp_ext.auto_cast():
+        ...     loss = loss_fn(model(x), y)
+        >>> scaler.scale(loss).backward()
+        >>> result = scaler.step(optimizer, grad_clip=1.0)  # unscale, clip, step unless inf/nan
+        >>> scaler.update()
+        >>> optimizer.clear_grad()
 
     Args:
         enable: True, False, or ``"auto"`` (on exactly when the gate picks float16).
@@ -82,22 +64,16 @@ class GradScaler(StepPath, Reports, PaddleGradScaler):
             flushes more fp16 gradients to zero; Paddle has no bound).
         max_loss_scaling: the scale never grows above this (default: the largest float32,
             Paddle's range).
-        skip_nonfinite: also when loss scaling is off (bfloat16, float32, a CPU, ``enable=False``),
-            do not step the optimizer on inf/nan gradients, and count, report and limit such
-            steps like overflow skips (default True). Costs one fused norm per gradient (shared
-            with ``grad_clip``) and one device-to-host read per step, the read loss scaling
-            makes anyway.
+        skip_nonfinite: also when loss scaling is off (bfloat16, float32, a CPU), skip and count
+            steps with inf/nan gradients (default True; one fused norm per gradient and one
+            host read per step).
         hysteresis: ``"consecutive"`` (Paddle's) or ``"cumulative"``; see :mod:`lossscale`.
         max_consecutive_skips: after this many skipped iterations in a row, ``on_collapse``.
         on_collapse: ``"warn"`` (log once per collapse) or ``"raise"`` (``AmpOverflowError``).
         hooks: objects with ``on_step(event)`` (e.g. ``VisualDLHook``), see :meth:`add_hook`.
         config: an :class:`AmpConfig` supplying the scaler settings and ``enable``.
-        sync_found_inf: agree on found_inf (and the guard's flag) over all ranks before deciding,
-            where their flags can differ (default True: one MAX all-reduce, or the clip's reduced
-            norm, under fleet's sharding/tensor/pipeline parallel and stage 2/3 and for ``no_sync``
-            or ``is_distributed`` parameters; nothing under plain data parallel, whose gradients
-            are identical after backward: :func:`~paddle_amp_ext.distributed.flags_agree`). False
-            only for a control run: ranks may then diverge or hang.
+        sync_found_inf: agree on found_inf over all ranks where their flags can differ (default
+            True). False only for a control run: ranks may then diverge or hang.
 
     Raises:
         ValueError, TypeError: a bad setting, naming it.
@@ -238,7 +214,7 @@ class GradScaler(StepPath, Reports, PaddleGradScaler):
 
         Returns:
             ``var`` times the scale, or ``var`` itself while loss scaling is off (also for an AMP
-            dtype other than float16, which turns loss scaling off, logged once).
+                dtype other than float16, which turns loss scaling off, logged once).
 
         Raises:
             TypeError: ``var`` is not a ``paddle.Tensor``.
@@ -274,14 +250,17 @@ class GradScaler(StepPath, Reports, PaddleGradScaler):
 
     @property
     def skipped_steps(self) -> int:
+        """Steps not applied so far because the gradients were not finite (host int, no sync)."""
         return self._policy.skipped_steps
 
     @property
     def consecutive_skips(self) -> int:
+        """Skipped steps in a row up to the last one (0 after an applied step; host int)."""
         return self._policy.consecutive_skips
 
     @property
     def last_step_skipped(self) -> bool:
+        """Whether the last ``step()``/``minimize()`` was skipped (host bool, no sync)."""
         return self._last_skipped
 
     @property

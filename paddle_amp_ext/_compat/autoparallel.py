@@ -1,85 +1,12 @@
 """Auto-parallel DistTensors (``dist.shard_tensor``/``shard_layer``/``parallelize``): what they hold here.
 
-Relies on (checked against paddlepaddle 2.6.2 and 3.3.1, read in their sources and run with 2
-processes on a CPU, gloo, eager mode):
-
-- ``Tensor.is_dist()``, ``Tensor.placements`` (``Shard``/``Replicate``/``Partial``, each with
-  ``is_partial()`` and ``is_replicated()``), ``Tensor.process_mesh`` and ``Tensor._local_value()``:
-  this rank's own dense piece of a DistTensor, sharing its storage (an in-place change of it changes the
-  DistTensor). The local value of a ``Replicate`` tensor is the global value; of a ``Partial``
-  one, this rank's addend (a data-parallel loss is ``Partial(AVG)`` on 3.3.1: the local value is
-  the rank's own loss); of a ``Shard``, its shard.
-- ``dist.reshard(t, mesh, placements)``: Paddle's collective, entered by every rank of the mesh.
-- A ``paddle.distributed`` collective (``all_reduce``...) on a DistTensor segfaults (the process
-  group takes it for a DenseTensor): never pass one; a value computed from DistTensors by
-  Paddle's SPMD rules (the global norm, ``isfinite`` of it) is already global.
-- 2.6.2's in-place ``_C_ops.multiply_`` of a ``Partial`` DistTensor by a replicated factor is
-  wrong (it multiplied by 29.18 instead of 0.5); 2.6.2's out-of-place ``paddle.multiply``
-  reshards the ``Partial`` tensor to ``Replicate`` first (as its ``ClipGradByGlobalNorm`` does)
-  and ``paddle.assign(x, output=grad)`` writes into the gradient the optimizer reads (for a
-  ``Shard`` gradient that write all-gathers it: its in-place multiply is exact and is used). On 3.3.1
-  the in-place multiply is exact (it scales the local addend, as 3.3.1's out-of-place one does),
-  but ``paddle.assign(x, output=dist_tensor)`` leaves the DistTensor unchanged; ``copy_`` writes.
-- ``_C_ops.check_finite_and_unscale_(grads, scale)`` on DistTensor gradients (the kernel
-  ``dist.shard_scaler`` calls, with a dense scale): divides them in place and returns found_inf
-  as a DistTensor. On 3.3.1 a ``Shard`` gradient stays a shard (no collective) and the flag is
-  ``Partial(MAX)`` (reduced by the reshard that reads it); a ``Partial`` gradient is all-reduced
-  first (one collective each) and left ``Replicate``. On 2.6.2 every ``Shard`` gradient is
-  all-gathered and every ``Partial`` one all-reduced first (one collective each), the flag is
-  ``Replicate`` and the same on every rank (an inf only in rank 1's shard: True on rank 0 too),
-  and a ``Shard`` gradient comes back labelled ``Replicate`` while its local value is still the
-  shard. On a CPU that kernel is the CPU one (zeroes from the first non-finite tensor on), so
-  :func:`check_finite_and_unscale_` runs it on a GPU only. Paddle's own ``GradScaler._unscale``
-  (``_legacy_C_ops.check_finite_and_unscale``) refuses DistTensors.
-- Multiplying a DistTensor's local value in place scales the DistTensor (its storage): exact for
-  ``Shard``/``Replicate``; for a ``Partial(SUM)`` one each rank scales its addend, the sum of
-  the scaled addends (the addends [1, 2] and [3, 5] times 0.25 gave [1, 1.75] on both versions).
-  That is not what a GPU's step does with one (Paddle's kernel reduces it first, and the clip
-  then scales a replicated gradient: a clipped data-parallel step differed by 8e-8 relative),
-  and a gradient left ``Partial`` is reduced again by the clip and the optimizer (9 collectives
-  a step instead of 4 for the data-parallel MLP of the tests, 3.3.1), so a ``Partial`` gradient
-  is reduced in place first (:func:`reduce_partial_`). Writing a reduced value into a
-  ``Partial`` gradient: on 2.6.2 ``paddle.assign(x, output=grad)`` (the gradient becomes
-  ``Replicate``, also as the parameter's ``_grad_ivar()`` sees it); on 3.3.1 ``paddle.assign``
-  writes the reduced value into each rank's addend and keeps ``Partial`` (a sum of 2x), and
-  ``_share_underline_tensor_to``/``_set_impl`` change only the Python wrapper, not the
-  parameter's gradient; an in-place ``_C_ops.scale_(grad, 1.0, -0.0, True)`` (the identity,
-  bit for bit, -0.0 and NaN included, float16/bfloat16/float32/float64) reduces it by its SPMD
-  rule (one all-reduce) and leaves the parameter's gradient ``Replicate``.
-- A DistTensor built from each rank's own dense value, with no collective: 3.3.1's
-  ``paddle.distributed.auto_parallel.api.dtensor_from_local(local, mesh, placements)``; 2.6.2
-  has none, and its own ``load_state_dict`` code builds one as ``paddle.Tensor(zeros,
-  process_mesh=, placements=)`` and assigns the local value into ``_local_value()``. A bool
-  ``Partial(MAX)`` flag built so (False on rank 0, True on rank 1) read True on both ranks
-  after ``dist.reshard`` to ``Replicate`` (one all-reduce), on both versions.
-- A DistTensor's ``data_ptr()`` is its local value's, while its ``shape`` is the global one: a
-  kernel of ours that reads or writes memory through ``data_ptr()`` must take the element count
-  from the local value (:func:`local_value`), or it runs past the local buffer. A new tensor to
-  write a local result into is :func:`zeros_like`: 2.6.2's ``_C_ops.empty_like`` and
-  ``_C_ops.assign`` of a ``Shard`` DistTensor return a ``Replicate`` one with a global-size local
-  buffer (3.3.1's keep the placements); ``paddle.zeros_like`` keeps ``Shard`` and ``Replicate``
-  placements on both (``empty_like``, ``zeros_like``, ``full_like``, ``scale`` of a ``Partial`` one
-  give a ``Replicate`` one on both, checked); 2.6.2's
-  ``_C_ops.sum`` of a ``Partial`` one claims ``Replicate`` but holds the sum of this rank's
-  addend only (3.3.1's is reduced): reduce it first (:func:`replicated`). 2.6.2 lists the
-  placements of a tensor :func:`replicated` returns as ``[]``.
-- A data-dependent branch on a DistTensor must go the same way on every rank: on 2.6.2 even an
-  element-wise ``paddle.where`` of two ``Shard(1)`` DistTensors all-gathers and splits again (a
-  collective); a rank that enters it alone pairs its messages with the other rank's next
-  collective (gloo: ``op.preamble.length <= op.nbytes``, or a timeout).
-- ``dist.enable_auto_dp()`` (3.x; 2.6.2 has none, read in its sources: no ``auto_dp_utils``):
-  auto-dp mode, which PaddleFormers' ``Trainer(enable_auto_parallel=True)`` always turns on.
-  ``paddle.distributed.auto_parallel.auto_dp_utils.in_auto_dp_mode()`` says whether it is on
-  (False in one process). Each rank then feeds its own batch, and each rank's gradient is its
-  own unreduced addend while its placement claims ``Replicate`` (a dense gradient is one too):
-  ``Optimizer._apply_optimize`` relabels it ``Partial`` (``_convert_fake_replicate_grad_to_partial``,
-  placement 0, or a ``Partial`` DistTensor on a world mesh for a dense one) before the clip and
-  the update, whose SPMD rules reduce it. A flag or norm computed from such a gradient before
-  the step is this rank's own, whatever its label says (checked on 3.3.1, 2 processes: an inf
-  only in rank 1's addend left rank 0's flag False).
-- ``dist.shard_scaler`` (3.x only) replaces the scaler's ``_unscale`` by a bound function of
-  ``paddle.distributed.auto_parallel.api`` whose found_inf is reduced over the meshes (Paddle's
-  reshards): a found_inf it stores is already agreed.
+Relies on (checked against paddlepaddle 2.6.2 and 3.3.1): ``Tensor.is_dist()``, ``placements``,
+``process_mesh``, ``_local_value()``; ``dist.reshard``; ``_C_ops.check_finite_and_unscale_``,
+``_C_ops.scale_``, ``_C_ops.sum``/``empty_like``/``assign`` on DistTensors; 3.3.1's
+``dtensor_from_local`` (2.6.2: ``paddle.Tensor(..., process_mesh=, placements=)``);
+``auto_dp_utils.in_auto_dp_mode()`` and ``dist.shard_scaler``'s ``_unscale`` (3.x). What each does
+on each version, as measured, is in the auto-parallel guide ("How auto-parallel is read"). Never
+pass a DistTensor to a ``paddle.distributed`` collective: it segfaults.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def flags_agree(optimizer: Any) -> bool:
 
     Returns:
         Whether no collective is needed to agree on the flag (it does not look at the world
-        size: in one process no collective runs anyway).
+            size: in one process no collective runs anyway).
     """
     layout = layout_of(optimizer)
     if layout.kind == "auto_parallel":

@@ -88,7 +88,7 @@ def step_clipped(optimizer: Any, clip: Any, want_norm: bool,
 
     Returns:
         The global gradient norm before clipping, identical on every rank (a 1-element device
-        tensor), or None when neither a clip nor the norm was asked for.
+            tensor), or None when neither a clip nor the norm was asked for.
 
     Raises:
         TypeError: ``strategy`` is not a ``SkipStrategy`` (before any step).

@@ -53,17 +53,29 @@ class Place:
 
 @dataclass(frozen=True)
 class Advice:
-    """What :func:`advise` measured and proposes; ``print`` it, or ``to_config()``."""
+    """What :func:`advise` measured and proposes; ``print`` it, or ``to_config()``.
+
+    Attributes:
+        dtype: the precision rehearsed (``"float16"`` or ``"bfloat16"``).
+        limit: that precision's largest finite value.
+        places: every recorded place (a leaf layer's or functional op's value, each direction).
+        fp32_layers: the layers proposed to keep in float32.
+        init_loss_scaling: the proposed first loss scale.
+        grad_range: the (smallest non-zero, largest) gradient magnitude in float32.
+        clean: the rehearsal with the proposal had no inf/nan and nothing beyond the range.
+        notes: what else the advisor noticed, one sentence each.
+        float32_nonfinite: where the batch is already inf/nan in float32 (then there is no proposal).
+    """
 
     dtype: str
     limit: float
     places: Tuple[Place, ...]
     fp32_layers: Tuple[str, ...]
     init_loss_scaling: float
-    grad_range: Tuple[float, float]  # (smallest non-zero, largest) |gradient| in float32
-    clean: bool  # the rehearsal with the proposal had no inf/nan and nothing beyond the range
+    grad_range: Tuple[float, float]
+    clean: bool
     notes: Tuple[str, ...] = field(default=())
-    float32_nonfinite: Optional[str] = None  # where the batch is already inf/nan in float32: no proposal
+    float32_nonfinite: Optional[str] = None
 
     def to_config(self, base: Optional[AmpConfig] = None) -> AmpConfig:
         """The proposal as an :class:`AmpConfig` (on top of ``base``).
@@ -73,7 +85,7 @@ class Advice:
 
         Returns:
             ``base`` with the proposed ``dtype``, ``fp32_layers`` and ``init_loss_scaling``
-            (``to_toml()`` of it is what ``doctor --advise`` writes).
+                (``to_toml()`` of it is what ``doctor --advise`` writes).
 
         Raises:
             ValueError: the batch is not finite in float32, so there is no proposal.

@@ -44,15 +44,24 @@ class Finding:
     is then the innermost layer it ran in; otherwise ``layer`` is the leaf layer that produced it.
     ``layer`` is empty for an op only Paddle's tensor checker saw (``matmul_grad``: a weight
     gradient).
+
+    Attributes:
+        layer: the layer's qualified name in the model (``"0.self_attn"``), or empty.
+        layer_type: the layer's class name (``"MultiHeadAttention"``).
+        ops: the ops that may have produced the value (the layer's, or ``op``).
+        direction: ``"forward"`` or ``"backward"``.
+        max_abs: the largest magnitude seen (inf or nan allowed).
+        op: the functional op that produced it, where known.
+        in_float32: the value was already inf/nan in float32, with no AMP at all.
     """
 
     layer: str
     layer_type: str
     ops: Tuple[str, ...]
-    direction: str  # "forward" or "backward"
+    direction: str
     max_abs: float
     op: Optional[str] = None
-    in_float32: bool = False  # the value was already inf/nan in float32, with no AMP at all
+    in_float32: bool = False
 
     @classmethod
     def of(cls, name: str, layer: Any, direction: str, max_abs: float, op: Optional[str] = None,
@@ -100,7 +109,13 @@ class Finding:
 
 @dataclass(frozen=True)
 class OverflowReport:
-    """What the doctor found; ``culprit`` is the first finding in execution order."""
+    """What the doctor found; ``culprit`` is the first finding in execution order.
+
+    Attributes:
+        dtype: the precision watched (``"float16"`` or ``"bfloat16"``).
+        limit: that precision's largest finite value.
+        findings: every value beyond ``limit`` or non-finite, in execution order.
+    """
 
     dtype: str
     limit: float
@@ -108,6 +123,7 @@ class OverflowReport:
 
     @property
     def culprit(self) -> Optional[Finding]:
+        """The first finding in execution order (None when every value fit)."""
         return self.findings[0] if self.findings else None
 
     def __bool__(self) -> bool:

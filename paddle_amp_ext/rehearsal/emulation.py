@@ -88,7 +88,7 @@ def quantize(tensor: Any, dtype: str = "float16") -> Any:
 
     Returns:
         A float32 tensor holding the values ``dtype`` storage would hold (round to nearest
-        even; 1e-8 -> 0 and 65520 -> inf in float16); anything else as it was.
+            even; 1e-8 -> 0 and 65520 -> inf in float16); anything else as it was.
     """
     if isinstance(tensor, paddle.Tensor) and tensor.dtype == paddle.float32:
         return round_trip(tensor, dtype)
@@ -296,7 +296,7 @@ def rehearse(dtype: str = "float16", *, level: str = "O1", config: Optional[AmpC
 
     Returns:
         A context manager; the rehearsal ends with the block (Paddle's global AMP dtype is
-        restored exactly).
+            restored exactly).
 
     Raises:
         ValueError: an unsupported dtype, or a bad op list.

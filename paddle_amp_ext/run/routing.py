@@ -79,6 +79,7 @@ class Routing:
 
     @property
     def scalers(self) -> List[Any]:
+        """The :class:`~paddle_amp_ext.GradScaler` built under this routing and still alive."""
         return [s for s in (ref() for ref in self._scalers) if s is not None]
 
     @property
@@ -285,7 +286,7 @@ def routed(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[
 
     Returns:
         A context manager yielding the :class:`Routing`, undone when the block ends (however
-        it ends).
+            it ends).
 
     Raises:
         TypeError: as for :func:`route`.

@@ -33,7 +33,7 @@ def strategy_of(optimizer: Any) -> SkipStrategy:
 
     Returns:
         A new strategy object; a caller that steps the optimizer often keeps it (the scaler
-        keeps one per optimizer).
+            keeps one per optimizer).
     """
     layout = layout_of(optimizer)
     kind = layout.kind
@@ -43,37 +43,32 @@ def strategy_of(optimizer: Any) -> SkipStrategy:
 
 
 def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] = None) -> Flag:
-    """The skip decision every rank shares: ``flag`` OR-ed over the ranks where their flags can
-    differ, before anyone steps (the optimizer's :class:`SkipStrategy` decides how).
+    """``flag`` OR-ed over the ranks where their flags can differ: the skip decision every rank shares.
 
-    Every rank must call it at the same point of the step. The collective, per layout (the
-    decision map of :mod:`paddle_amp_ext.distributed.skip`): none in a single process, nor where
-    ``optimizer``'s gradients were reduced before the step (plain data parallel:
-    :func:`~paddle_amp_ext.distributed.layout.flags_agree`), nor for a DistTensor flag under
-    auto-parallel (already global); one MAX all-reduce of one int32 over the world under fleet's
-    sharding, tensor and pipeline parallel and stage 2/3 (the group Paddle's own
-    ``HybridParallelGradScaler``, ``fleet.distributed_scaler`` and ``GroupShardedScaler`` reduce
-    found_inf over: it spans every group ``optimizer.step()`` enters); under auto-dp one all-reduce
-    of one bool over the mesh (each rank's gradient is its own addend, whatever its label).
+    A collective: every rank must call it at the same point of the step. It runs none in one
+    process, under plain data parallel or for an auto-parallel DistTensor flag; one MAX all-reduce
+    over the world under fleet's sharding, tensor and pipeline parallel and stage 2/3; one over the
+    mesh under auto-dp (the decision map: :mod:`paddle_amp_ext.distributed.skip`). No host sync.
 
     Args:
-        flag: this rank's flag, True when a gradient is inf/nan: a 1-element bool, int or float device
-            tensor, or a Python or numpy number (:func:`~paddle_amp_ext.distributed.flags.checked_flag`;
-            nonzero and NaN are found).
-        optimizer: the optimizer about to step (any of Paddle's or fleet's). None: always agreed
-            (one all-reduce when distributed; a DistTensor flag's pending reduction done, and
-            under auto-dp its local value reduced over its mesh, whatever its label).
-        scaler: a scaler whose found_inf this is; when fleet replaced its ``_unscale`` by one
-            that reduces found_inf itself (``fleet.distributed_scaler`` outside plain data
-            parallel, ``GroupShardedScaler``, ``dist.shard_scaler``), the flag is already agreed
-            and no second collective runs (except under auto-dp, whose flag only claims to be).
+        flag: this rank's found_inf: a 1-element bool, int or float tensor, or a Python or numpy
+            number (nonzero and NaN are found).
+        optimizer: the optimizer about to step (Paddle's, fleet's or auto-parallel's). None:
+            always agreed over the world.
+        scaler: the scaler whose found_inf this is; when its ``_unscale`` already reduced the flag
+            (``fleet.distributed_scaler``, ``GroupShardedScaler``, ``dist.shard_scaler``), no
+            second collective runs.
 
     Returns:
         A flag with the same value on every rank (a Python bool alone).
 
     Raises:
-        TypeError, ValueError: ``flag`` is not a found_inf flag (a wrong type, or a tensor of
-            other than one element), before any collective.
+        TypeError, ValueError: ``flag`` is not a found_inf flag, before any collective.
+
+    Example:
+        >>> found = agree_found_inf(found_inf, optimizer)  # found_inf from check_finite_and_unscale
+        >>> if not bool(found):
+        ...     optimizer.step()
     """
     flag = checked_flag(flag)
     if optimizer is None:
