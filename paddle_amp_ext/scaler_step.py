@@ -24,16 +24,9 @@ import paddle
 from . import _compat, lrhold
 from ._compat import fleet as _fleet
 from .clip import clip_grads_, global_norm, resolve_clip
-from .distributed import (
-    SkipStrategy,
-    agree_found_inf,
-    host_bool,
-    norm_covers_every_grad,
-    step_clipped,
-    step_unless_nonfinite,
-    strategy_of,
-)
-from .distributed.flags import checked_flag
+from .distributed import SkipStrategy, agree_found_inf, step_unless_nonfinite, strategy_of
+from .distributed.flags import checked_flag, host_bool
+from .distributed.norm import norm_covers_every_grad, step_clipped
 from .events import StepResult
 from .gradients import Pair, applied_grads, grads_of
 

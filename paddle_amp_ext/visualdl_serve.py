@@ -1,10 +1,13 @@
-"""``python -m paddle_amp_ext.visualdl_serve --logdir runs``: see :mod:`paddle_amp_ext.cli.visualdl`."""
+"""``python -m paddle_amp_ext.visualdl_serve --logdir runs`` (``paddle-amp-visualdl-serve``).
+
+The command is :mod:`paddle_amp_ext.cli.visualdl_serve`.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from .cli.visualdl import command, main
+from .cli.visualdl_serve import command, main
 
 __all__ = ["command", "main"]
 

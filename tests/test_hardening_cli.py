@@ -14,7 +14,7 @@ from helpers import in_another_thread
 import paddle_amp_ext as amp
 from paddle_amp_ext import _compat, _state
 from paddle_amp_ext.cli.check import main as check_main
-from paddle_amp_ext.cli.visualdl import main as serve_main
+from paddle_amp_ext.cli.visualdl_serve import main as serve_main
 
 MODEL = """
 import sys
@@ -128,7 +128,7 @@ def test_launcher_refuses_a_busy_or_bad_port_and_quotes_what_it_prints(tmp_path,
 
 
 def test_launcher_warns_about_a_missing_logdir_and_then_starts_visualdl(tmp_path, capsys, monkeypatch):
-    from paddle_amp_ext.cli import visualdl
+    from paddle_amp_ext.cli import visualdl_serve as visualdl
 
     started = []
     monkeypatch.setattr(visualdl.os, "execv", lambda exe, argv: started.append(argv))

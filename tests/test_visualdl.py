@@ -268,7 +268,7 @@ def test_scalar_encoder_is_byte_identical_to_visualdl_protobuf():
 
 
 def test_launcher_cli_prints_the_command(capsys):
-    from paddle_amp_ext.cli.visualdl import main
+    from paddle_amp_ext.cli.visualdl_serve import main
 
     assert main(["--logdir", "runs/x", "--port", "9001", "--print"]) == 0
     out = capsys.readouterr().out.split()

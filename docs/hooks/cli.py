@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = {"check": "check", "run": "run", "doctor": "doctor", "visualdl_serve": "visualdl"}
+COMMANDS = {"check": "check", "run": "run", "doctor": "doctor", "visualdl_serve": "visualdl_serve"}
 MARKER = re.compile(r"<!--\s*cli:\s*([A-Za-z_]+)\s*-->")
 
 _DUMP = r"""

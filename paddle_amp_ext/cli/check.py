@@ -22,7 +22,7 @@ from ..backends import Accelerator, paddle_support
 from ..config import AmpConfig
 from ..errors import AmpUnsupportedError
 from ..gate import AmpDecision, DeviceInfo, decide
-from . import FOUND, OK, UsageError, emit, fail, parse
+from ._common import FOUND, OK, UsageError, emit, fail, parse
 
 if TYPE_CHECKING:
     from ..fp8 import readiness as fp8_ready

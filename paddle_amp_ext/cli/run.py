@@ -46,7 +46,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..run import _session
 from ..run._session import read_config
-from . import UsageError, fail, parse, report_script_end
+from ._common import UsageError, fail, parse, report_script_end
 
 PROG = "python -m paddle_amp_ext.run"
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..verify import ModelError, verify
 from ..verify.report import render
-from . import FOUND, OK, emit, fail
+from ._common import FOUND, OK, emit, fail
 
 
 def run_verify(prog: str, model: Optional[str], as_json: bool) -> int:

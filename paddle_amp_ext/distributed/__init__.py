@@ -13,10 +13,13 @@ The fleet internals these read live in :mod:`paddle_amp_ext._compat.fleet`.
 
 from __future__ import annotations
 
-from .flags import all_reduce_max, host_bool
+# all_reduce_max, host_bool, norm_covers_every_grad, step_clipped: the scaler's plumbing, importable
+# here as before but not public (not in __all__ nor the reference); the package imports them from
+# .flags and .norm
+from .flags import all_reduce_max, host_bool  # noqa: F401
 from .layout import Layout, flags_agree, layout_of
-from .norm import norm_covers_every_grad, step_clipped, step_unless_nonfinite
+from .norm import norm_covers_every_grad, step_clipped, step_unless_nonfinite  # noqa: F401
 from .skip import SkipStrategy, agree_found_inf, strategy_of
 
-__all__ = ["Layout", "SkipStrategy", "agree_found_inf", "all_reduce_max", "flags_agree", "host_bool", "layout_of",
-           "norm_covers_every_grad", "step_clipped", "step_unless_nonfinite", "strategy_of"]
+__all__ = ["Layout", "SkipStrategy", "agree_found_inf", "flags_agree", "layout_of", "step_unless_nonfinite",
+           "strategy_of"]
