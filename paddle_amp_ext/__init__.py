@@ -16,7 +16,7 @@ _warnings.filterwarnings("ignore", message="No ccache found", category=UserWarni
 
 from .run import _deferred
 
-if _deferred.starting_run():  # python -m paddle_amp_ext.run: the script imports paddle first (issue 30)
+if _deferred.starting_run():  # python -m paddle_amp_ext.run: the script imports paddle first
     __getattr__ = _deferred.deferred_getattr
 elif _deferred.check_without_paddle():
     pass  # python -m paddle_amp_ext.check says itself that Paddle is missing (exit code 2, no traceback)

@@ -350,3 +350,17 @@ def test_every_command_has_one_name():
         entry = path.parent / "__main__.py" if path.name == "__init__.py" else path
         assert re.search(rf"^from \.+cli\.{name} import .*\bmain\b", entry.read_text(encoding="utf-8"), re.MULTILINE), entry
     assert not (ROOT / "paddle_amp_ext" / "cli" / "visualdl.py").exists()
+
+
+def test_no_internal_tracker_numbers_in_code_tests_or_docs():
+    """The tracker is not public: its numbers mean nothing to a reader (external references name
+    their project, "Paddle #48321")."""
+    tracker = re.compile(r"\b[Ii]ssues? ?" + r"\d+")
+    found = []
+    for folder in ("paddle_amp_ext", "tests", "benchmarks", "scripts", "examples", "docs"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".md", ".txt", ".yml", ".toml", "") and path.is_file() and "site" not in path.parts:
+                text = path.read_text(encoding="utf-8", errors="replace")
+                found += [f"{path.relative_to(ROOT)}:{m.group(0)}" for m in tracker.finditer(text)]
+    found += [f"CHANGELOG.md:{m.group(0)}" for m in tracker.finditer((ROOT / "CHANGELOG.md").read_text(encoding="utf-8"))]
+    assert found == []

@@ -1,7 +1,7 @@
 """Run a callback right after a module's first import, wherever it happens (``sys.meta_path``).
 
 ``python -m paddle_amp_ext.run`` routes ``paddle.amp`` when the script itself first imports
-paddle, so the script's import order is its own (issue 30). The watcher finds the module's spec
+paddle, so the script's import order is its own. The watcher finds the module's spec
 with the finders after it, wraps the loader so that the callback runs once the module's code has
 run (the module is complete in ``sys.modules``), and then stands aside. What the callback raises
 propagates from the script's ``import`` statement (a BaseException passes a script's

@@ -1,6 +1,6 @@
 """`python -m paddle_amp_ext.run` as a hostile user runs it: import order, forks, threads, spawned
 children, os.chdir, conflicting flags, fp32_layers with a preprocessing layer, routings undone
-out of order (issues 30 and 31)."""
+out of order."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _summary(proc):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# --------------------------------------------------------------------------- import order (issue 30)
+# --------------------------------------------------------------------------- import order
 @pytest.mark.slow
 @pytest.mark.parametrize("first", ["paddle", "paddle_amp_ext"])
 def test_the_scripts_first_line_runs_before_paddle_is_imported(tmp_path, first):
@@ -171,7 +171,7 @@ def test_the_import_watch_calls_back_once_after_the_module_ran_and_its_errors_re
     assert not [f for f in sys.meta_path if type(f).__name__ == "_Finder"], "the watch leaves sys.meta_path"
 
 
-# --------------------------------------------------------------------------- processes and threads (issue 31)
+# --------------------------------------------------------------------------- processes and threads
 @pytest.mark.slow
 def test_a_forked_child_prints_no_second_summary(tmp_path):
     fork = 'pid = os.fork()\nif pid:\n    os.waitpid(pid, 0)\nprint("END", "parent" if pid else "child", flush=True)\n'
@@ -238,7 +238,7 @@ def test_emulate_and_a_config_dtype_that_disagree_are_a_usage_error(tmp_path, ca
                        "bfloat16), or change the config's dtype.\n")
 
 
-# --------------------------------------------------------------------------- fp32_layers (issue 31)
+# --------------------------------------------------------------------------- fp32_layers
 def _net():
     return paddle.nn.Sequential(paddle.nn.Linear(2, 4), paddle.nn.ReLU(), paddle.nn.Linear(4, 2))
 

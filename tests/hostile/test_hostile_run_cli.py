@@ -1,4 +1,4 @@
-"""`python -m paddle_amp_ext.run` tried as a hostile user would (issue 37): fork children, threads
+"""`python -m paddle_amp_ext.run` tried as a hostile user would: fork children, threads
 that outlive the script's body, the script's own guard, the start-up `python script.py` makes,
 a bad config op imported in a thread, `--json` with a rebound or closed stdout, DataLoader
 workers, a removed import watch, `-m`, folders and `/dev/null`. Each in a fresh interpreter with
@@ -39,7 +39,7 @@ def _summary(proc):
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-# --------------------------------------------------------------------------- 3: fork children
+# --------------------------------------------------------------------------- fork children
 @pytest.mark.slow
 def test_a_fork_child_is_routed_counted_as_forked_and_keeps_its_records(tmp_path):
     script = "import multiprocessing\nimport paddle\n\ndef train():\n" + textwrap.indent(STEP, "    ") + textwrap.dedent("""
@@ -62,7 +62,7 @@ def test_a_fork_child_is_routed_counted_as_forked_and_keeps_its_records(tmp_path
     assert [point.id for point in losses] == [0, 1], "the child's hook was closed as multiprocessing ended it"
 
 
-# --------------------------------------------------------------------------- 4: threads outliving the body
+# --------------------------------------------------------------------------- threads outliving the body
 @pytest.mark.slow
 def test_a_thread_that_outlives_the_scripts_body_is_routed_and_counted(tmp_path):
     script = "import threading\nimport time\nimport paddle\n\ndef train():\n    time.sleep(1.0)\n" + \
@@ -74,7 +74,7 @@ def test_a_thread_that_outlives_the_scripts_body_is_routed_and_counted(tmp_path)
     assert [(s["steps"], s["skipped"]) for s in summary["scalers"]] == [(2, 0)]
 
 
-# --------------------------------------------------------------------------- 10: the script's own guard
+# --------------------------------------------------------------------------- the script's own guard
 NAN_STEPS = """
 import paddle
 import paddle_amp_ext as amp
@@ -149,7 +149,7 @@ def test_without_routing_a_second_guard_with_other_settings_is_still_refused():
             amp.guard_optimizer(opt, max_consecutive_skips=5, on_collapse="raise")
 
 
-# --------------------------------------------------------------------------- 12: python script.py's start-up
+# --------------------------------------------------------------------------- python script.py's start-up
 PROBE = """
 import sys
 main = sys.modules["__main__"]
@@ -182,7 +182,7 @@ def test_the_start_up_is_python_scripts_symlinks_and_relative_paths_included(tmp
     assert repr(str(tmp_path / "real")) in _probe(python), "the link's target's folder, as CPython's"
 
 
-# --------------------------------------------------------------------------- 13: a bad op imported in a thread
+# --------------------------------------------------------------------------- a bad op imported in a thread
 @pytest.mark.slow
 @pytest.mark.parametrize("then", ["import paddle\nprint('AFTER')\n", "print('NEVER IMPORTS')\n"])
 def test_a_bad_config_op_met_in_a_thread_exits_2_with_the_configs_message(tmp_path, then):
@@ -197,7 +197,7 @@ def test_a_bad_config_op_met_in_a_thread_exits_2_with_the_configs_message(tmp_pa
     assert "AttributeError" not in proc.stderr and "AFTER" not in proc.stdout
 
 
-# --------------------------------------------------------------------------- 15: --json and the script's stdout
+# --------------------------------------------------------------------------- --json and the script's stdout
 @pytest.mark.slow
 def test_json_goes_on_its_own_line_to_the_original_stdout_whatever_the_script_did(tmp_path):
     proc = _run(tmp_path, "print('progress 100%', end='')\n", "--json", "--no-log")
@@ -221,7 +221,7 @@ def test_json_goes_on_its_own_line_to_the_original_stdout_whatever_the_script_di
     assert first == "no newline" and json.loads(second)["exit_code"] == 0
 
 
-# --------------------------------------------------------------------------- 19: DataLoader workers
+# --------------------------------------------------------------------------- DataLoader workers
 DATALOADER_EVAL = """
 import numpy as np
 import paddle
@@ -253,7 +253,7 @@ def test_an_evaluation_script_with_dataloader_workers_gets_no_warning(tmp_path):
     assert "warning" not in proc.stderr, proc.stderr[-3000:]
 
 
-# --------------------------------------------------------------------------- 21: the import watch removed
+# --------------------------------------------------------------------------- the import watch removed
 @pytest.mark.slow
 def test_a_script_that_removes_the_import_watch_is_told_the_routing_never_started(tmp_path):
     script = "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'importwatch' not in type(f).__module__]\n" \
@@ -349,7 +349,7 @@ def test_a_failed_import_watch_fails_every_later_import_of_the_module(tmp_path, 
     assert watched_c.VALUE == 9
 
 
-# --------------------------------------------------------------------------- the subpackage (issue 39)
+# --------------------------------------------------------------------------- the subpackage
 def test_the_run_subpackage_serves_the_routing_names_and_refuses_others():
     import paddle_amp_ext.integrations as integrations
     import paddle_amp_ext.run as run_package
