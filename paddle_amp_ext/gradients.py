@@ -1,23 +1,10 @@
 """The gradients a step applies: the one definition the guard, the clip, unscale and the norm share.
 
-A step applies, for each trainable parameter the optimizer updates, the gradient tensor the
-optimizer reads:
-
-- the optimizer's parameters (or the ``parameters`` a call names), each once (a parameter
-  listed twice has one gradient tensor: it is unscaled, clipped and counted in a norm once),
-  but not a frozen one: ``stop_gradient=True`` (``trainable=False`` sets it). A frozen layer
-  keeps the gradient it had when it was frozen (a NaN of an overflow step, say); Paddle's
-  optimizers skip it, so it must neither skip every later step nor count in a clip's global norm;
-- ``param.main_grad`` (the float32 master gradient) where the optimizer reads it, else
-  ``param.grad`` (the tensor Paddle's optimizer reads): which one depends on the class whose
-  ``step`` runs and the Paddle version (:func:`paddle_amp_ext._compat.optimizer.main_grad_rule`).
-  ``Adam``/``AdamW`` apply ``param.grad`` even where a ``main_grad`` is set (both versions), as
-  does every plain optimizer on 2.6.2, so that is what is judged, unscaled and clipped there;
-  ``minimize()`` applies ``param.grad`` on both versions.
-
-A ``main_grad`` that is read is checked first (host metadata only, no device sync): it must be a
-float ``paddle.Tensor`` of the parameter's shape, else a ``TypeError``/``ValueError`` names the
-parameter, the value and the fix (Paddle 3.3.1's optimizer would read past a short one).
+For each trainable parameter the optimizer updates (each once; frozen ``stop_gradient=True``
+ones left out), the tensor its ``step`` reads: ``param.main_grad`` where that optimizer class
+reads it on this Paddle version (:func:`paddle_amp_ext._compat.optimizer.main_grad_rule`), else
+``param.grad``. A ``main_grad`` that is read is checked first (host metadata only, no sync). Why
+each rule: "Notes for maintainers" in the docs.
 """
 
 from __future__ import annotations

@@ -21,18 +21,9 @@ only, ``param.main_grad`` where the optimizer reads it), the same count, limit
 it applies the existing ``param.grad`` tensors of its ``parameters``, which is what it is judged by);
 a skipped ``minimize`` returns ``(None, None)``, as ``scaler.minimize`` does.
 
-Cost per step: one fused squared-norm kernel per gradient, and one device-to-host read of whether
-the norm is finite (a host sync per step, the one loss scaling makes anyway); with several
-processes, where the ranks' flags can differ, one MAX all-reduce of that flag before the read (the
-optimizer's skip strategy, :mod:`paddle_amp_ext.distributed.skip`: over the world, or over the
-mesh under auto-dp), so every rank makes the same decision and none waits in a collective the
-others skipped. Paddle's optimizers
-also honour a ``found_inf`` auxiliary variable (``_set_auxiliary_var``), but it would save no
-sync (read in Paddle 2.6.2 and 3.3.1): in dygraph ``Optimizer._create_optimization_pass`` and the
-multi-tensor path of Adam/AdamW/Momentum read it on the host (``if found_inf:``), the dygraph
-``_C_ops.adam_``/``adamw_`` calls pass ``None`` as ``skip_update`` (3.3.1 passes it in a PIR
-program only), and the CUDA adamw kernel copies ``SkipUpdate`` to the host before deciding.
-``benchmarks/guard_syncs.py`` counts one read per step either way; it is not used.
+Syncs once per guarded step (one bool read to the host); with several processes, where the ranks'
+flags can differ, one MAX all-reduce first. Why Paddle's own ``found_inf`` variable is not used:
+"Notes for maintainers" in the docs.
 """
 
 from __future__ import annotations
@@ -305,24 +296,15 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
                     on_collapse: str = "warn") -> OptimizerGuard:
     """Guard ``optimizer`` in place: a step whose gradients hold inf/nan is not applied.
 
-    Replaces ``optimizer.step`` on this object (``_step`` on fleet's ``HybridParallelOptimizer``,
-    which its ``step`` calls after reducing the gradients and the Trainers call directly), and
-    ``optimizer.minimize`` (judged on the gradients before fleet's reduce there, agreed over
-    the ranks), so
-    code that holds the optimizer needs no change: a Trainer's own ``optimizer.step()`` is
-    guarded. ``state_dict()``, ``clear_grad()`` and every other attribute are untouched. Wraps
-    any optimizer object with a ``step`` (fleet's ``MixPrecisionOptimizer`` too).
+    Replaces ``step`` (``_step`` on fleet's ``HybridParallelOptimizer``) and ``minimize`` on this
+    object, so a loop or Trainer that calls ``optimizer.step()`` needs no change; everything else
+    is untouched. Guarding it again returns its guard with the new ``hooks`` added (a guard a
+    routing put on it takes this call's settings). Undo with ``guard.remove()``, or use the guard
+    as a context manager. Guard the object the loop calls (fleet's ``MixPrecisionOptimizer.step``
+    never calls its inner optimizer's).
 
-    Guarding an optimizer that is already guarded returns its guard, with the new ``hooks``
-    added. The guard a routing put on it silently (``routed()``, ``run``) takes this call's
-    settings instead, keeping its hooks and counts: from then on it is this call's guard, and
-    judges every step, a GradScaler's too. Undo with ``guard.remove()``, or use the guard as a
-    context manager. Guard the object the loop calls: fleet's ``MixPrecisionOptimizer.step``
-    never calls its inner optimizer's ``step``. An optimizer a :class:`GradScaler` steps needs
-    no guard (its ``step`` is one).
-
-    Costs one host sync per step, and one MAX all-reduce with several processes (see the
-    module docstring).
+    Syncs once per step (one bool read to the host); with several processes, where the ranks'
+    flags can differ, one MAX all-reduce first.
 
     Args:
         optimizer: a Paddle optimizer, or fleet's wrapper of one.

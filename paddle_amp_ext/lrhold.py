@@ -1,45 +1,11 @@
 """Holding an LR scheduler on a skipped step: the loop's own ``lr.step()`` after it does not advance it.
 
-PaddleSeg and PaddleDetection call ``lr.step()`` themselves after every ``scaler.minimize()``;
-without a hold, every skipped step (an fp16 overflow, an inf/nan gradient) still advances the
-schedule (PaddleDetection spent its whole warmup on skipped steps). accelerate's
-``AcceleratedScheduler`` holds a scheduler whose optimizer step was skipped; this module does the
-same for schedulers the loop steps itself, with no change to the loop. It is active while
-:func:`paddle_amp_ext.routed` / :func:`~paddle_amp_ext.route` / ``python -m paddle_amp_ext.run``
-is (unless ``hold_lr_on_skip=False``); :func:`activate` / :func:`deactivate` count.
-
-The rule, exactly:
-
-- A scheduler is *bound* to an optimizer built with it (``learning_rate=scheduler``; fleet's
-  wrappers are followed to their inner optimizer).
-- Every step a :class:`~paddle_amp_ext.GradScaler` (``step``, ``minimize``) or an optimizer guard
-  decides is noted for that optimizer: a skipped step marks its bound scheduler, an applied one
-  removes that optimizer's mark.
-- While marked, the scheduler's next ``step()`` with an implicit epoch (``step()``,
-  ``ReduceOnPlateau.step(metrics)``) is swallowed: ``last_epoch`` and ``last_lr`` stay as they
-  were, the mark is cleared, the hold is counted (:func:`held_steps`, :func:`total_held`) and
-  logged once. One skipped step holds at most one ``lr.step()``.
-- An explicit ``step(epoch)`` (or ``ReduceOnPlateau.step(metrics, epoch)``) is never swallowed:
-  the caller says where the schedule is; it clears the mark.
-- A scheduler shared by several optimizers is held when any of them skipped its last step.
-- No double hold: a Trainer that holds on its own (PaddleNLP/PaddleFormers read
-  ``_cache_found_inf`` and do not call ``lr.step()`` after a skip), ``GradScaler.step_scheduler``
-  and ``AmpCallback``'s hold all leave the mark to be cleared by the next applied step.
-- A per-epoch schedule (hapi's ``LRScheduler(by_epoch=True)``) is held when the epoch's last step
-  was skipped, as accelerate's is.
-
-An explicit argument is any argument beyond the ones ``step`` requires (``metrics`` of
-``ReduceOnPlateau``) that is not its default: ``step(5)``, ``step(epoch=5)``, ``step(t=5)`` of a
-subclass that names it otherwise, any argument of one that overrides ``step(*args, **kwargs)``.
-
-The hold wraps ``step`` on the scheduler's class (the class that defines the ``step`` it runs),
-the first time one of its optimizers steps while active; the class gets its ``step`` back when
-the last activation ends (a ``step`` something put on the class since is left in place, and
-ours inside it passes through). Which schedulers are marked is kept here, by identity, weakly:
-nothing is put on the scheduler object, so its ``__dict__``, ``state_dict()``, pickles and
-copies are what they are without the package. A copy (``copy.copy``, ``copy.deepcopy``,
-``pickle``) is another scheduler, bound to no optimizer: it is never held and steps itself.
-Costs no device work and no host sync.
+A scheduler bound to an optimizer (``learning_rate=scheduler``) is marked when a scaler or guard
+skips that optimizer's step; its next implicit-epoch ``step()`` is then swallowed (counted,
+logged once); an explicit ``step(epoch)`` never is, and an applied step clears the mark. Active
+while routing is (:func:`activate` / :func:`deactivate` count). The hold wraps ``step`` on the
+scheduler's class and keeps its marks here, weakly: nothing is put on the scheduler object. No
+device work, no host sync. The full rule: "Notes for maintainers" in the docs.
 """
 
 from __future__ import annotations

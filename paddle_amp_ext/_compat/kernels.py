@@ -13,18 +13,7 @@ DistTensor is rounded and scanned through its local value (its ``data_ptr()`` is
 value's, its ``shape`` the global one: :mod:`.autoparallel`), and :func:`all_finite` gives every
 rank the same answer for it.
 
-Calling the kernels directly skips the Python-side argument binding of the public API, and the
-in-place forms need two buffers, not thirteen. Fresh buffers are what costs on a CPU: Paddle's
-CPU allocator hands large blocks back to the system, so a fresh 8 MB tensor page-faults on first
-touch (2049 faults, ~3.5 ms, measured on both versions, against 0.1 ms for one in-place pass).
-The second buffer is therefore scratch, kept per thread and shape while a rehearsal runs
-(:class:`Scratch`) and dropped when it ends. Only kernels that vectorise are used: clamping is
-``hardtanh_`` (nan stays nan, as with ``clip``): on 2.6.2 ``clip_`` costs 7.5 times as much
-(1.16 against 0.15 ms for 2M elements), ``hardshrink`` or ``where`` 50 times what ``abs``
-does (512x512).
-
-Why arithmetic: Paddle's CPU cast to float16 converts in software (~1.5 ns per element each
-way on 3.3.1) and is not exact on 2.6.2; thirteen float32 passes cost less than one cast pair.
+Why these kernels and not a cast (the measurements): "Notes for maintainers" in the docs.
 """
 
 from __future__ import annotations

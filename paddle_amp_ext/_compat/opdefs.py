@@ -30,10 +30,7 @@ Relies on:
   is no op runs (``fused_layer_norm`` runs ``fused_bias_residual_layernorm``), from their code;
   used only to say so when a list names the API.
 
-Not used: neither wheel ships Paddle's op YAML; ``core.get_all_op_protos()`` (``OpProtoHolder``)
-and ``core._get_all_register_op_kernels()`` hold this build's ops only; ``core.op_support_gpu``
-answers True for any name and ``core.get_op_attrs_default_value`` ``{}`` for an unknown one; the
-C++ headers under ``paddle/include`` (``phi/api/include/api.h``) name GPU ops but are headers.
+Sources tried and not used: "Notes for maintainers" in the docs.
 """
 
 from __future__ import annotations

@@ -1,45 +1,12 @@
 """Optimizer parameters, gradient tensors, the fused kernels of Paddle's clip, hapi's scaler.
 
-Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
-
-- ``Tensor._grad_ivar()``: the gradient tensor the optimizer really reads (``Tensor.grad`` is a
-  copy-on-access view on both versions, so in-place clipping must go through this).
-- ``param.main_grad``: the float32 master gradient (which optimizer reads it:
-  :func:`main_grad_rule`). Fleet's ``MixPrecisionLayer``
-  (``paddle.distributed.fleet.utils.mix_precision_utils``, PaddleNLP's and PaddleFormers'
-  ``amp_master_grad=True``) sets it to None on every parameter it wraps and, from a gradient hook,
-  accumulates each gradient into it as float32 and clears ``param.grad``. On 3.3.1 so does
-  ``paddle.amp.decorate(..., master_grad=True)`` when ``FLAGS_enable_tensor_fusion`` is set (the
-  hook is registered by ``auto_cast``); without that flag, and on 2.6.2, ``decorate``'s master
-  gradient is a float32 ``param.grad`` instead (``core.eager.set_master_grads`` at the end of
-  backward), read by ``_grad_ivar()``. On a CPU ``decorate`` returns before any of it. Which
-  ``step`` reads it is a table by the class that defines ``step`` (:data:`_STEP_READS`): 3.3.1's
-  ``Optimizer.step`` (SGD, Momentum, Adagrad, Adadelta, Adamax, RMSProp, Lamb, NAdam, RAdam,
-  ASGD, Rprop) takes ``main_grad`` where it is not None, else the gradient (:func:`grad_of`),
-  but only for a flat parameter list (with param groups it reads ``_grad_ivar()``) and
-  ``main_grad`` only under ``enable_tensor_fusion``; 2.6.2's never reads it. ``Adam.step`` and
-  ``AdamW.step`` (their own, both versions) and ``LBFGS.step`` read ``_grad_ivar()``/``grad``
-  only; ``MixPrecisionOptimizer`` takes ``main_grad`` only; ``DygraphShardingOptimizer`` (V2
-  too) ``main_grad`` where set, both versions, whatever it wraps; ``HybridParallelOptimizer``,
-  ``HeterParallelOptimizer``, ``GroupShardedOptimizerStage2``, incubate's ``LookAhead`` and
-  ASP's ``OptimizerWithSparsityGuarantee`` call their inner optimizer's ``step``. Fleet's
-  ``distributed_scaler`` takes ``main_grad`` where set. In dygraph ``Optimizer.minimize`` runs no
-  backward and no ``step``: it applies ``core.eager.get_all_grads`` (the ``_grad_ivar()`` of every parameter
-  that is not ``stop_gradient``, never ``main_grad``; both versions). Every ``step`` skips a
-  ``stop_gradient=True`` parameter (``trainable=False`` sets it), whose gradient
-  ``clear_grad()`` leaves in place; Paddle's ``GradScaler._unscale``
-  (``core.eager.get_grads_lists``) still takes it.
-  (3.3.1's ``FLAGS_enable_tensor_fusion`` hook builds an auto-parallel tensor: on a plain
-  dygraph parameter Paddle itself fails in it.)
-- ``HybridParallelOptimizer.step`` (fleet, both versions) reduces the gradients, then calls
-  ``self._step(parameters)``, which the Trainers of PaddleNLP and PaddleFormers also call directly.
-- ``Optimizer._parameter_list`` / ``_param_groups``: an optimizer's parameters.
-- ``paddle._C_ops.squared_l2_norm`` (the fused kernel ``paddle.nn.ClipGradByGlobalNorm`` uses) and
-  ``paddle._C_ops.multiply_`` (in-place multiply without the Python-side argument binding that
-  ``Tensor.multiply_`` pays on 2.6); for DistTensors see :mod:`.autoparallel`.
-- ``Optimizer._learning_rate``: the ``LRScheduler`` object an optimizer was built with (or a
-  float); fleet's wrappers keep the optimizer in ``_inner_opt`` (both versions).
-- hapi: ``paddle.Model._scaler`` (the GradScaler ``Model.fit(amp_configs=...)`` builds in dygraph).
+Relies on (checked against paddlepaddle 2.6.2 and 3.3.1): ``Tensor._grad_ivar()`` (the gradient
+the optimizer reads; ``Tensor.grad`` is a copy); ``param.main_grad`` (fleet's
+``MixPrecisionLayer``, ``decorate(master_grad=True)``; which ``step`` reads it is
+:data:`_STEP_READS`); ``HybridParallelOptimizer.step``/``_step``; ``Optimizer._parameter_list``,
+``_param_groups``, ``_learning_rate``, fleet's ``_inner_opt``; ``_C_ops.squared_l2_norm`` and
+``_C_ops.multiply_``; hapi's ``paddle.Model._scaler``. What each version does with them: "Notes
+for maintainers" in the docs.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """``python -m paddle_amp_ext.run [--config amp.toml] [--logdir DIR] SCRIPT [ARGS...]``: an unmodified script, routed.
 
-Runs a training script as ``python SCRIPT ARGS`` would, with ``paddle.amp`` routed to this
-package (:func:`paddle_amp_ext.routed`): every ``paddle.amp.GradScaler`` the script builds is this
-package's, with a VisualDL hook writing its own run directory under ``--logdir``, and
-``auto_cast``/``decorate`` get the validated lists and the gate; ``--emulate float16`` rehearses
-the script's fp16 numerics on any device (:func:`paddle_amp_ext.rehearse`). Every optimizer the
-script builds is guarded (a step without a GradScaler skips inf/nan gradients; ``--no-guard``
-turns it off), and an LR scheduler bound to an optimizer whose step was skipped does not advance
-on the script's own ``lr.step()`` after it, once per skipped step (``--no-lr-hold``; see
-:mod:`paddle_amp_ext.lrhold`). At exit a summary (steps,
-skipped steps, loss-scale range, where the logs are, the ``lr.step()`` calls held) goes to stderr,
-or as JSON to stdout with ``--json``, and the command exits with the script's own code (2 for a usage error before the
-script starts).
-
-The script starts as ``python SCRIPT`` would start it (:mod:`paddle_amp_ext.run._scripting`: absolute
-``__file__``, a symlink's target folder on ``sys.path``; a folder or zip file runs its
-``__main__.py``; ``-m MODULE ARGS`` runs a module as ``python -m``). Its import order is its own:
-``run`` does not import paddle; the routing is put in place when the script first imports
-paddle, in any thread (:mod:`paddle_amp_ext.run._importwatch`). So ``--config`` is checked up front
-except its op names, which need Paddle's op registry and are checked at that import (a bad one
-stops the script there, exit 2, with the message ``AmpConfig.from_file`` gives; a thread's
-import fails so, and every later one). ``--logdir`` is made absolute before the script starts
-(an ``os.chdir`` in it moves nothing). The routing stays until the script's non-daemon threads
-have ended, as Python waits for them before it exits. Only the process that started prints the
-summary (a child the script forks returns here too); scalers built in threads are routed and
-counted; ``multiprocessing`` children are counted by start method: a fork child inherits the
-routing (its hooks are closed when it ends), a spawn or forkserver child is a new interpreter,
-not routed, and a summary without a scaler warns about those (Paddle's DataLoader workers are
-not counted as such). With ``--json`` the summary goes on a line of its own to the stdout ``run``
-started with, whatever the script did to ``sys.stdout``. A script that removes the import watch
-from ``sys.meta_path`` before importing paddle runs unrouted, with a warning saying so.
+Runs ``python SCRIPT ARGS`` with ``paddle.amp`` routed to this package (:func:`paddle_amp_ext.routed`):
+its scalers are this package's, each with a VisualDL hook under ``--logdir``; its optimizers are
+guarded (``--no-guard``); its LR schedulers are held on skipped steps (``--no-lr-hold``);
+``--emulate float16`` rehearses its fp16 numerics. A summary goes to stderr at exit (JSON on
+stdout with ``--json``); the exit code is the script's (2 for a usage error before it starts).
+How the script is started, imported and routed (threads, forks, ``-m``): "Notes for
+maintainers" in the docs.
 """
 
 from __future__ import annotations

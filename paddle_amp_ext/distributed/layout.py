@@ -1,25 +1,9 @@
 """Where an optimizer's gradients are reduced: already in backward, or inside its ``step()``.
 
-``paddle.DataParallel`` and fleet's plain data parallel all-reduce the gradients during
-backward: at ``scaler.step()`` every rank holds the gradient the optimizer applies, so the
-clip and its norm are computed here, locally. Fleet's sharding, tensor and pipeline parallel
-(``HybridParallelOptimizer``) and stage 2/3 (``group_sharded_parallel``) reduce inside
-``optimizer.step()``: before it a rank holds its own unreduced gradient (sharding, data parallel
-under hybrid configs) or its shard (tensor parallel, pipeline stages, stage 3), so the clip must
-run inside the step, where fleet runs its own, with the norm reduced over fleet's groups.
-
-Auto-parallel (``dist.shard_tensor``/``shard_layer``/``parallelize``, the optimizer often wrapped
-by ``dist.shard_optimizer``): the parameters and gradients are DistTensors, global views whose
-reductions Paddle's SPMD rules run inside each op (a ``Partial`` gradient is reduced by the op
-that needs it: the clip's norm, the optimizer's update). The clip runs here, before the step;
-its norm and the found_inf flag computed from DistTensors are already global, the same on every
-rank of the mesh, so no collective of ours runs on them (a ``paddle.distributed`` collective
-on a DistTensor segfaults). The mesh must span every rank that steps.
-
-Auto-dp (``dist.enable_auto_dp()``, which PaddleFormers' auto-parallel Trainer turns on): each
-rank's gradient is its own unreduced addend, labelled ``Replicate`` until the optimizer's step
-relabels it ``Partial`` and reduces it. Before the step nothing computed from it is global, so
-the clip runs inside the step (as under fleet) and a found_inf flag is reduced once.
+Plain data parallel reduces them in backward (the clip runs here, locally); fleet's hybrid
+parallel, stage 2/3 and auto-dp inside ``optimizer.step()`` (the clip runs there); auto-parallel
+DistTensors carry their pending reductions (norms and flags computed from them are global). Why,
+layout by layout: "Notes for maintainers" in the docs.
 """
 
 from __future__ import annotations
@@ -98,19 +82,12 @@ def layout_of(optimizer: Any) -> Layout:
 
 
 def flags_agree(optimizer: Any) -> bool:
-    """Whether every rank's found_inf flag for ``optimizer``'s step is already the same, so that
-    agreeing on it needs no collective (attribute reads only: no collective, no sync).
+    """Whether every rank's found_inf flag for ``optimizer``'s step is already the same (no collective, no sync).
 
-    True under auto-parallel (Paddle's SPMD rules reduced the flag; not under auto-dp, whose
-    gradients are each rank's own addend before the step) and on the ``"local"`` layout
-    when every parameter's gradient was reduced before the step (``paddle.DataParallel``, fleet's
-    plain data parallel, a Trainer's ``fused_allreduce_gradients``: after backward every rank
-    holds the same gradients, so a NaN in one rank's batch is a NaN on every rank): where
-    Paddle's own scaler and torch's do no collective either. False under fleet's sharding,
-    tensor and pipeline parallel and stage 2/3 (a rank holds its own unreduced gradients or its
-    shard before the step), and when a parameter's gradient is left rank-local by the
-    data-parallel all-reduce (``no_sync`` MoE experts, ``is_distributed`` shards): one
-    all-reduce agrees the flag there.
+    True under auto-parallel and where every gradient was reduced in backward (plain data
+    parallel: a NaN in one rank's batch is a NaN on every rank); False under fleet's sharding,
+    tensor and pipeline parallel, stage 2/3 and auto-dp, and where a parameter's gradient is left
+    rank-local (``no_sync``, ``is_distributed``): one all-reduce agrees the flag there.
 
     Args:
         optimizer: a Paddle optimizer or one of fleet's wrappers; anything without Paddle's

@@ -1,27 +1,10 @@
 """The clip of a step whose optimizer reduces the gradients: inside ``optimizer.step()``, by the global norm.
 
-Fleet runs the optimizer's clip after it reduced the gradients (sharding, data parallel under
-hybrid configs) and on the rank's own share of them (sharding, tensor-parallel shards, pipeline
-stages, stage 2/3); the norm is the sum of the ranks' squares, reduced over fleet's groups, with
-replicated parameters counted once. Under auto-dp the step relabels each rank's addend
-``Partial`` first, and the clip's norm is reduced by Paddle's SPMD rules. :func:`step_clipped`
-puts the requested clip where the step runs its own, for one step, and keeps the global norm,
-through the recorder the optimizer's skip strategy names
-(:meth:`~paddle_amp_ext.distributed.skip.SkipStrategy.recorder`):
-
-- ``HybridParallelOptimizer``: fleet's own ``HybridParallelClipGrad`` (same reductions, same
-  arithmetic, so the weights equal a run with ``ClipGradByGlobalNorm`` on the optimizer);
-- stage 2/3: :class:`~paddle_amp_ext.distributed.clips.GroupShardedNormClip`;
-- auto-parallel, auto-dp: :class:`~paddle_amp_ext.distributed.clips.LocalNormClip`.
-
-:func:`step_unless_nonfinite` lets the skip decision ride on that reduction: a non-finite gradient
-on any rank makes the reduced global norm non-finite on every rank, so when the norm covers every
-gradient no separate found_inf all-reduce is needed; the clip then hands the optimizer no
-gradients, and nothing is updated.
-
-The optimizer's own clip still runs, after ours (as on the local path, where the scaler clips
-before the optimizer's step clips again); without a clip of ours, fleet's own global-norm clip
-is replaced for the step by the same clip that also records the norm.
+:func:`step_clipped` puts the requested clip where the step runs its own, for one step, and keeps
+the global norm (fleet's ``HybridParallelClipGrad``; :mod:`.clips` for stage 2/3, auto-parallel
+and auto-dp). :func:`step_unless_nonfinite` lets the skip decision ride on that reduced norm: a
+non-finite gradient on any rank makes it non-finite on every rank, so no found_inf all-reduce
+runs. How each layout reduces the norm: "Notes for maintainers" in the docs.
 """
 
 from __future__ import annotations

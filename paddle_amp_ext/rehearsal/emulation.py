@@ -1,25 +1,10 @@
 """fp16/bf16 dry run on any device: round what AMP would hold in low precision.
 
-Under :func:`fp16_emulation`, values are rounded through the low-precision type where AMP
-would compute in it (for float16 one pass of a compiled F16C kernel, else thirteen exact
-float32 kernels; see :mod:`.rounding`), forward and backward: values below fp16's subnormal
-range become 0 and values above 65504 become inf, exactly as fp16 storage would make them, so
-underflow, overflow and loss scaling can be rehearsed on a CPU. The real Paddle scaler
-machinery (``check_finite_and_unscale``, skip, update) runs inside the context.
-
-Ops are rounded where they are called (:mod:`.ops`): ``paddle.matmul``, ``@``, ``einsum``,
-``F.linear`` (so every ``nn.Linear``), the convolutions (so every ``Conv`` layer, the bias
-added in float32 as Paddle does, :mod:`.composite`), ``F.embedding``, ``layer_norm``,
-``batch_norm``, and the "follow the inputs" ops after them (``add``, ``relu``, ``reshape``,
-...). Leaf layers whose op is reached only from C++ (``GroupNorm``, ``Bilinear``) are rounded
-by layer hooks. Every rule is decided at each call, by the lists and level of the innermost
-``auto_cast`` entered inside the rehearsal, else the rehearsal's own; layers a
-``decorate(level="O2")`` marked hold fp16 parameters (:mod:`.pure`). ``fp16_emulation(model)``
-rounds white-listed ops inside ``model``'s forward only (:mod:`.scope`); :func:`rehearse`
-rounds the whole thread.
-
-This emulates storage range and rounding. It does not emulate kernel speed or the
-accumulation order and precision inside fp16 matmul/conv kernels.
+Under :func:`fp16_emulation` (one model) or :func:`rehearse` (the whole thread) the values AMP
+would compute in low precision are rounded through it, forward and backward, so underflow,
+overflow and loss scaling can be rehearsed on a CPU; Paddle's scaler machinery runs inside. It
+emulates storage range and rounding, not kernel speed or accumulation order. Which ops and
+layers are rounded, and where: "Notes for maintainers" in the docs.
 
 Example:
     >>> with fp16_emulation(model):  # doctest: +SKIP

@@ -1,29 +1,11 @@
 """While routed, every optimizer built is guarded: a step without a scaler skips inf/nan gradients.
 
-bfloat16 and float32 loops (and the Trainers' bf16 path, which calls ``optimizer.step()``
-without a scaler) have no loss scaler to skip an inf/nan step, so one NaN gradient reaches every
-weight. While a routing with ``guard_optimizers=True`` (the default) is active,
-the ``__init__`` of ``paddle.optimizer.Optimizer`` and of every subclass defined so far is
-wrapped (``AdamW`` does not call ``Optimizer.__init__``): every optimizer built then is guarded
-with :func:`paddle_amp_ext.guard_optimizer` once its own ``__init__`` has run, with the routing
-config's ``max_consecutive_skips`` and ``on_collapse``, when the routing that applies to the
-calling thread (as for ``paddle.amp``'s calls) guards: a nested ``routed(guard_optimizers=False)``
-builds unguarded optimizers inside a guarding one. A subclass defined later is covered when
-its ``__init__`` calls its base's. The script's own ``guard_optimizer(optimizer, ...)`` on such
-an optimizer wins: the routing's guard takes its settings and is its guard from then on (no
-"already guarded" error; the routing's hooks stay).
-
-fleet's wrappers are guarded too (``MixPrecisionOptimizer``, ``HybridParallelOptimizer``): the
-Trainers' ``amp_master_grad`` step is ``MixPrecisionOptimizer.step``, which never calls its inner
-optimizer's. No double guard: when a :class:`~paddle_amp_ext.GradScaler` steps the optimizer
-(``step``, ``minimize``), or a guard on a wrapper calls its inner optimizer, the gradients have
-been judged and the inner guard passes the call through (no second norm, no second sync, no
-event). Only an optimizer stepped on its own is judged by the
-guard: one fused norm per gradient and one host read per step, the one loss scaling costs
-(Paddle's ``found_inf`` auxiliary variable would not save it in dygraph: see
-``benchmarks/guard_syncs.py``). Optimizers built before routing, and in a static program, are
-left alone; the wrap is undone when the last guarding routing ends (the guards stay on their
-optimizers, as :func:`guard_optimizer` leaves them).
+The ``__init__`` of ``paddle.optimizer.Optimizer`` and of every subclass defined so far is
+wrapped while a routing with ``guard_optimizers=True`` is active, so each optimizer built then
+gets :func:`paddle_amp_ext.guard_optimizer` (fleet's wrappers too). No double guard: a step a
+scaler or an outer guard already judged passes through. The wrap is undone when the last
+guarding routing ends. The details (nesting, a script's own guard, costs): "Notes for
+maintainers" in the docs.
 """
 
 from __future__ import annotations
