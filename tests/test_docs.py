@@ -313,7 +313,7 @@ def test_the_docstrings_hook_reads_the_pages_options():
 
 def test_the_api_reference_renders_every_docstring_as_written():
     hook = _docstrings_hook()
-    found = [line for line in hook.problems() if not any(f"({p}" in line for p in PENDING)]
+    found = [line for line in hook.problems() if not any(p in line for p in PENDING)]
     assert found == []
 
 
