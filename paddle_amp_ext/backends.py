@@ -3,20 +3,8 @@ and custom devices (Ascend NPU and others through PaddleCustomDevice).
 
 Pure: no Paddle import. :func:`paddle_amp_ext.device.probe_accelerator` supplies the
 :class:`Accelerator`; :func:`paddle_amp_ext.gate.decide` gives the verdict. The rules are the ones
-``paddle.amp.auto_cast`` (``amp_guard``) and ``decorate`` apply, from reading
-``python/paddle/amp/auto_cast.py`` of Paddle 2.6.2 and 3.3.1 (docs/gate.md quotes them):
-
-- ROCm/DCU (a GPU place in a ROCm build). 3.x: ``_is_gpu_float16_supported`` and
-  ``_is_gpu_bfloat16_supported`` end in ``or paddle.is_compiled_with_rocm()``: both on every ROCm
-  device. 2.6: the same functions read only ``get_device_capability()``: float16 from major 7,
-  bfloat16 from major 8 with ``paddle.version.cuda()`` 11 or later, which a ROCm build does not
-  have (``'False'``): never bfloat16.
-- Kunlun XPU. 3.x: ``_is_xpu_float16_supported`` (``get_xpu_device_version >= XPU2``) and
-  ``_is_xpu_bfloat16_supported`` (``>= XPU3``). 2.6: ``amp_guard`` allows float16 on every XPU and
-  refuses bfloat16 ("XPUPlace only support float16 amp.").
-- Custom devices. 3.x: float16 on every one; bfloat16 where ``_is_custom_device_bfloat16_supported``
-  names the device type: ``npu``, ``intel_hpu``, ``iluvatar_gpu``, ``metax_gpu``. 2.6: float16
-  only ("CustomPlace only support float16 amp.").
+``paddle.amp.auto_cast`` (``amp_guard``) and ``decorate`` apply in Paddle 2.6.2 and 3.3.1, from
+reading ``python/paddle/amp/auto_cast.py``; the gate page quotes them, device by device.
 
 Example:
     >>> paddle_support(Accelerator("xpu", xpu_generation=2), (3, 3, 1))[:2]
