@@ -298,8 +298,15 @@ def creating_in(logdir: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _whole_length(fd: int, size: int) -> int:
-    """The length of the record file's whole records (its size, unless it ends in a partial one)."""
+_META_KEY = b"\x12" + _varint(len(b"meta_data_tag")) + b"meta_data_tag"
+
+
+def _whole_length(fd: int, size: int) -> Optional[int]:
+    """The length of the record file's whole records (its size, unless it ends in a partial one), or
+    None when it does not begin with VisualDL's meta record (not a record file: left alone)."""
+    head = os.pread(fd, 64, 0)
+    if len(head) < 8 or 8 + struct.unpack("<Q", head[:8])[0] > size or _META_KEY not in head[8:32]:
+        return None
     offset = 0
     while offset + 8 <= size:
         end = offset + 8 + struct.unpack("<Q", os.pread(fd, 8, offset))[0]
@@ -314,8 +321,9 @@ def repair(path: str, dir_fd: Optional[int] = None) -> Optional[int]:
 
     A writer killed by a signal that runs no Python (SIGKILL) in the middle of a large write can
     leave a partial record at the end (Linux stops a ``write`` at a page boundary), and VisualDL's
-    reader rejects such a file whole. A file a live writer holds (its ``flock``), a link, or
-    anything but a regular file is left alone.
+    reader rejects such a file whole. A file a live writer holds (its ``flock``), a link,
+    anything but a regular file, and a file that does not begin with VisualDL's meta record are
+    left alone.
 
     Args:
         path: the record file (relative to ``dir_fd`` when given).
@@ -333,7 +341,7 @@ def repair(path: str, dir_fd: Optional[int] = None) -> Optional[int]:
         if not stat.S_ISREG(os.fstat(fd).st_mode) or not _lock(fd, blocking=False):
             return None
         whole = _whole_length(fd, size)
-        if whole == size:
+        if whole is None or whole == size:
             return None
         os.ftruncate(fd, whole)
     except OSError as exc:

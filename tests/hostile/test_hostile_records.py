@@ -216,16 +216,20 @@ def test_a_file_a_live_hook_writes_is_never_cut(tmp_path):
         assert os.path.getsize(hook._out.path) == size
 
 
-@pytest.mark.parametrize("entry", ["link", "fifo", "directory", "empty"])
+@pytest.mark.parametrize("entry", ["link", "fifo", "directory", "empty", "not_records", "torn_meta"])
 def test_repair_leaves_what_is_not_a_torn_regular_file_alone(tmp_path, entry):
     target = tmp_path / "outside"
     target.write_bytes(b"\x05")  # a partial record if it were followed
     name = tmp_path / "logs" / "vdlrecords.1.log"
     name.parent.mkdir()
     {"link": lambda: name.symlink_to(target), "fifo": lambda: os.mkfifo(name), "directory": name.mkdir,
-     "empty": lambda: name.write_bytes(b"")}[entry]()
+     "empty": lambda: name.write_bytes(b""), "not_records": lambda: name.write_bytes(b"someone else's file"),
+     "torn_meta": lambda: name.write_bytes(records.meta_record(1)[:20])}[entry]()
+    before = name.read_bytes() if entry in ("empty", "not_records", "torn_meta") else None
     assert records.repair_records(str(tmp_path / "logs")) == []
     assert target.read_bytes() == b"\x05"
+    if before is not None:
+        assert name.read_bytes() == before, "not a record file VisualDL could read anyway: not ours to cut"
 
 
 # ---------------------------------------------------------------- hooks started together (finding 11)
