@@ -28,7 +28,7 @@ from .._log import logger
 
 try:
     import fcntl
-except ImportError:  # pragma: no cover - Windows: no locks (a torn file is repaired only when no lock is needed)
+except ImportError:  # pragma: no cover - Windows: no locks (no file is repaired, creations are not serialized)
     fcntl = None  # type: ignore[assignment]
 
 
@@ -202,7 +202,7 @@ class RecordFile:
         try:
             for entry in os.listdir(dir_fd):  # a file a killed writer left torn here: whole again
                 if entry.startswith("vdlrecords."):
-                    repair(entry, dir_fd)
+                    repair(entry, dir_fd, os.path.join(self.dir, entry))
             stamp = f"vdlrecords.{int(time.time()):010d}.log"
             names = [stamp + self._suffix] + [f"{stamp}{self._suffix}.{os.getpid()}.{n}" for n in range(100)]
             for name in names:  # two writers in one second and directory, or a planted entry: another name
@@ -267,15 +267,14 @@ class RecordFile:
 
 
 def _lock(fd: int, blocking: bool = True) -> bool:
-    """``flock(LOCK_EX)`` on ``fd``: True once held (False: held by another open file, ``blocking=False``)."""
+    """``flock(LOCK_EX)`` on ``fd``: True once held; False when another open file holds it
+    (``blocking=False``) or there are no locks here (Windows, some network mounts)."""
     if fcntl is None:  # pragma: no cover - Windows
-        return True
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-    except BlockingIOError:
+    except OSError:
         return False
-    except OSError:  # a file system without locks (some network mounts): as if held
-        return True
     return True
 
 
@@ -286,16 +285,16 @@ def creating_in(logdir: str) -> Iterator[None]:
     together, in threads or processes, never both find one run directory free. Where the lock
     cannot be had (an unwritable logdir), nothing is held: the writer then names the error."""
     try:
-        base, missing = split_existing(logdir)
-        fd = open_run_dir(base, missing)
+        fd = open_run_dir(*split_existing(logdir))
     except OSError:
-        yield
-        return
+        fd = -1
     try:
-        _lock(fd)
+        if fd >= 0:
+            _lock(fd)  # without locks (Windows, some network mounts) the writers are not serialized
         yield
     finally:
-        os.close(fd)  # releases the lock
+        if fd >= 0:
+            os.close(fd)  # releases the lock
 
 
 _META_KEY = b"\x12" + _varint(len(b"meta_data_tag")) + b"meta_data_tag"
@@ -316,18 +315,19 @@ def _whole_length(fd: int, size: int) -> Optional[int]:
     return offset
 
 
-def repair(path: str, dir_fd: Optional[int] = None) -> Optional[int]:
+def repair(path: str, dir_fd: Optional[int] = None, shown: Optional[str] = None) -> Optional[int]:
     """Cut a record file that ends in a partial record back to its last whole record.
 
     A writer killed by a signal that runs no Python (SIGKILL) in the middle of a large write can
     leave a partial record at the end (Linux stops a ``write`` at a page boundary), and VisualDL's
-    reader rejects such a file whole. A file a live writer holds (its ``flock``), a link,
-    anything but a regular file, and a file that does not begin with VisualDL's meta record are
-    left alone.
+    reader rejects such a file whole. A file a live writer holds (its ``flock``; where there
+    are no locks, any file), a link, anything but a regular file, and a file that does not begin
+    with VisualDL's meta record are left alone.
 
     Args:
         path: the record file (relative to ``dir_fd`` when given).
         dir_fd: a descriptor of its directory, or None.
+        shown: the path the warnings name (default ``path``).
 
     Returns:
         The bytes cut, or None when nothing was cut.
@@ -336,21 +336,23 @@ def repair(path: str, dir_fd: Optional[int] = None) -> Optional[int]:
         fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
+    shown = path if shown is None else shown
     try:
-        size = os.fstat(fd).st_size
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or not _lock(fd, blocking=False):
+        info = os.fstat(fd)
+        size = info.st_size
+        if not stat.S_ISREG(info.st_mode) or not _lock(fd, blocking=False):
             return None
         whole = _whole_length(fd, size)
         if whole is None or whole == size:
             return None
         os.ftruncate(fd, whole)
     except OSError as exc:
-        logger.warning("VisualDL records: could not repair %s: %r", path, exc)
+        logger.warning("VisualDL records: could not repair %s: %r", shown, exc)
         return None
     finally:
         os.close(fd)
     logger.warning("VisualDL records: %s ended in a partial record (its writer was killed in the middle of a write): "
-                   "cut back to its last whole record (%d bytes removed), so VisualDL reads it.", path, size - whole)
+                   "cut back to its last whole record (%d bytes removed), so VisualDL reads it.", shown, size - whole)
     return size - whole
 
 

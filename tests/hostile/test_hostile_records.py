@@ -173,6 +173,8 @@ def whole_steps(path) -> list:
 def test_a_torn_record_file_is_repaired_for_visualdls_reader(tmp_path, caplog_amp):
     path = killed_in_the_middle_of_a_large_write(tmp_path)
     size = os.path.getsize(path)
+    with pytest.raises(Exception, match="Error parsing message"):  # VisualDL rejects the torn file whole
+        series(path)
     assert records.repair_records(str(tmp_path)) == [path]
     steps = whole_steps(path)
     assert steps[:100] == list(range(100)) and steps == list(range(len(steps))), "a prefix, every record whole"
@@ -182,11 +184,12 @@ def test_a_torn_record_file_is_repaired_for_visualdls_reader(tmp_path, caplog_am
     assert records.repair_records(str(tmp_path)) == [], "whole now: nothing to cut"
 
 
-def test_a_hook_opening_in_the_directory_repairs_a_torn_file(tmp_path):
+def test_a_hook_opening_in_the_directory_repairs_a_torn_file(tmp_path, caplog_amp):
     path = killed_in_the_middle_of_a_large_write(tmp_path)
     with amp.VisualDLHook(tmp_path, run_name="") as hook:
         hook.on_step(event(0, 1.0))
     assert whole_steps(path)[:100] == list(range(100))
+    assert f"VisualDL records: {path} ended in a partial record" in caplog_amp.text
 
 
 def test_visualdl_serve_repairs_before_serving(tmp_path):
