@@ -375,3 +375,39 @@ def test_the_lr_is_recorded_on_every_step_skipped_ones_first(tmp_path):
     assert series(the_file(tmp_path), "amp/skipped_steps") == [(0, 1.0), (1, 2.0), (2, 2.0), (3, 2.0), (4, 3.0),
                                                               (5, 3.0)]
     assert series(the_file(tmp_path), "amp/lr") == [(0, 0.5), (1, 0.5), (2, 0.5), (3, 0.25), (4, 0.125), (5, 0.125)]
+
+
+RUN_FORK_SCRIPT = """
+import multiprocessing as mp
+import paddle
+
+def train():
+    model = paddle.nn.Linear(4, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+    scaler = paddle.amp.GradScaler(init_loss_scaling=1024)
+    for _ in range(20):
+        scaler.scale(model(paddle.ones([2, 4])).mean()).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.clear_grad()
+
+if __name__ == "__main__":
+    child = mp.get_context("fork").Process(target=train)
+    child.start()
+    child.join()
+    assert child.exitcode == 0, child.exitcode
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_run_keeps_the_records_of_a_fork_started_child_that_trains(tmp_path):
+    """`run`'s hook for the child's scaler is made in the child (at its first step) and held by the
+    run session to the end: the child's normal end (os._exit) still closes it."""
+    (tmp_path / "script.py").write_text(RUN_FORK_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.run", "--logdir", "runs", "script.py"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "vdlrecords.*"))
+    assert [s for s, _ in series(path, "amp/loss_scale")] == list(range(20))
