@@ -21,6 +21,7 @@ any size writes every step.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import threading
 import time
@@ -253,9 +254,8 @@ class BatchedWriter:
                  and not all(_is_device(v) for _, v in entry[2])]
         if not split or not self._usable():
             return
-        encode = self._encoder.step
-        data = b"".join(encode(step, wall, [row for row in rows if not _is_device(row[1])])
-                        for _, (step, wall, rows) in split)
+        data = b"".join(self._encoded([(step, wall, [row for row in rows if not _is_device(row[1])])
+                                       for _, (step, wall, rows) in split]))
         try:
             self._file.write_bytes(data)
         except OSError:
@@ -299,4 +299,10 @@ class BatchedWriter:
 
     def _encoded(self, entries: List[Entry]) -> List[bytes]:
         encode = self._encoder.step
-        return [entry if entry.__class__ is bytes else encode(*entry) for entry in entries]
+        try:
+            return [entry if entry.__class__ is bytes else encode(*entry) for entry in entries]
+        except TypeError as exc:  # a value that is no number (a StepEvent built by hand): NaN, never a stuck flush
+            warn_once(f"visualdl:nan:{id(self)}", "VisualDL hook: %s; recorded as NaN.", exc)
+            return [entry if entry.__class__ is bytes else
+                    encode(entry[0], entry[1], [(tag, value if isinstance(value, numbers.Real) else math.nan)
+                                                for tag, value in entry[2]]) for entry in entries]

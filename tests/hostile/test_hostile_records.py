@@ -95,6 +95,25 @@ def test_a_loss_beyond_float32s_range_is_recorded_as_inf_on_every_step(tmp_path,
     assert hook.dropped_steps == 0 and "could not" not in caplog_amp.text
 
 
+@pytest.mark.parametrize("lr", ["0.1", object(), [0.1]])
+@pytest.mark.parametrize("flush", ["steps", "background"])
+def test_a_value_that_is_no_number_is_recorded_as_nan_and_never_stops_the_flushes(tmp_path, caplog_amp, lr, flush):
+    hook = amp.VisualDLHook(tmp_path, run_name="", flush_every=2 if flush == "steps" else 10**6, flush_secs=0.05)
+    for step in range(5):
+        hook.on_step(event(step, paddle.to_tensor(float(step)), lr=lr if step == 1 else 0.5))
+    deadline = time.monotonic() + 60
+    while flush == "background" and hook._out.pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert hook._out.pending == 0 or flush == "steps" and hook._out.pending == 1
+    hook.close()
+    lrs = series(the_file(tmp_path), "amp/lr")
+    assert [s for s, _ in lrs] == list(range(5)) and math.isnan(lrs[1][1])
+    assert [v for s, v in lrs if s != 1] == [0.5] * 4
+    assert series(the_file(tmp_path)) == [(s, float(s)) for s in range(5)]
+    assert "A recorded value must be a real number. Received: " in caplog_amp.text
+    assert caplog_amp.text.count("recorded as NaN") == 1 and hook.dropped_steps == 0
+
+
 # ---------------------------------------------------------------- steps (finding 17)
 @pytest.mark.parametrize("step", [-1, -(2**70), 2**63])
 def test_a_step_out_of_int64_range_is_refused_naming_it_and_nothing_hangs(tmp_path, step):
