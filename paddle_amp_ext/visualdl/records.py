@@ -278,6 +278,24 @@ def _lock(fd: int, blocking: bool = True) -> bool:
     return True
 
 
+_held: set = set()  # descriptors of the creation locks this process holds now
+
+
+def _release_in_child() -> None:
+    """A forked child closes its copies of the creation locks held at the fork: an ``flock`` lasts
+    while any copy is open, and a long-lived child (a DataLoader worker) would hold it for good."""
+    for fd in list(_held):
+        try:
+            os.close(fd)
+        except OSError:  # pragma: no cover - closed already
+            pass
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_release_in_child)
+
+
 @contextlib.contextmanager
 def creating_in(logdir: str) -> Iterator[None]:
     """Hold ``logdir``'s creation lock (``flock`` on the directory, created without following links
@@ -290,10 +308,12 @@ def creating_in(logdir: str) -> Iterator[None]:
         fd = -1
     try:
         if fd >= 0:
+            _held.add(fd)
             _lock(fd)  # without locks (Windows, some network mounts) the writers are not serialized
         yield
     finally:
         if fd >= 0:
+            _held.discard(fd)
             os.close(fd)  # releases the lock
 
 

@@ -137,7 +137,10 @@ class BatchedWriter:
         parent writes its file, and the steps queued at the fork), so it keeps nothing."""
         self._inherited = True
         self._queue, self._failed = [], 0
-        self._file.close()  # the child's copy of the descriptor (the parent's stays open, its lock held)
+        try:
+            self._file.close()  # the child's copy of the descriptor (the parent's stays open, its lock held)
+        except OSError:  # pragma: no cover - closed already
+            pass
 
     def add(self, step: int, walltime_ms: int, rows: List[Row]) -> None:
         """Buffer one step (one list append); flush at ``flush_every`` steps. In a forked child

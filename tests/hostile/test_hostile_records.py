@@ -314,6 +314,25 @@ def test_hooks_started_together_in_processes_never_share_a_run(tmp_path):
     assert all(len(glob.glob(str(tmp_path / name / "vdlrecords.*"))) == 1 for name in ("exp", "exp-1", "exp-2"))
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_hook_was_being_created_never_blocks_later_hooks(tmp_path):
+    with records.creating_in(str(tmp_path)):  # another thread forks a long-lived worker right now
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+    try:
+        made = []
+        later = threading.Thread(target=lambda: made.append(amp.VisualDLHook(tmp_path, run_name="later")))
+        later.start()
+        later.join(30)
+        assert made and not later.is_alive(), "the child holds no copy of the creation lock"
+        made[0].close()
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
 # ---------------------------------------------------------------- forks (findings 18 and 3)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_keeps_no_queue_and_says_why_once(tmp_path):
