@@ -127,10 +127,6 @@ METHODS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
 #: running statistics): ``GetPromoteType`` and ``AmpAutoCast`` for batch_norm and layer_norm.
 X_ONLY = frozenset({"batch_norm", "layer_norm"})
 
-#: Ops whose backward reads their own output: it is rounded into a new tensor, never in place.
-SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigmoid", "sqrt", "softmax",
-                          "log_softmax"})
-
 #: Paddle namespaces whose functions Paddle's own layers call (``paddle.tensor.matmul`` is a
 #: different object from ``paddle.matmul`` on 3.3.1).
 NAMESPACES: Tuple[str, ...] = (
@@ -232,8 +228,8 @@ def _one_op(original: Callable, name: str, op_types: Tuple[str, ...], kind: str,
     out = original(*args, **kwargs)
     if kind == MOVE:
         return lowprec.mark(out, dtype)
-    fresh = name not in SAVES_OUTPUT and not any(out is value for value in (*args, *kwargs.values()))
-    return lowprec.rounded(out, dtype, in_place=fresh)  # a fresh output no backward reads
+    fresh = not any(out is value for value in (*args, *kwargs.values()))
+    return lowprec.rounded(out, dtype, in_place=fresh)  # in place unless its backward reads it
 
 
 @functools.lru_cache(maxsize=1)
