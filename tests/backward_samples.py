@@ -18,30 +18,33 @@ import paddle.nn.functional as F  # noqa: N812
 ROWS, COLS = 64, 96  # 6144 elements: above rounding.SMALL (4096)
 
 
-def make_inputs(seed: int = 0, place: Callable[[paddle.Tensor], paddle.Tensor] = lambda t: t) -> Dict[str, Any]:
-    """Float32 inputs (``x``, ``y``: [64, 96]; ``positive``: values in [0.5, 2); ``weight``: [96, 96]),
-    made by ``place`` (a DistTensor placement in the launched script), gradients required."""
+def make_inputs(seed: int = 0, place: Callable[[str, paddle.Tensor], paddle.Tensor] = lambda name, t: t,
+                rows: int = ROWS) -> Dict[str, Any]:
+    """Float32 inputs (``x``, ``y``: [rows, 96]; ``positive``: values in [0.5, 2); ``weight``: [96, 96];
+    ``label``: [rows, 1]), each made by ``place(name, tensor)`` (a DistTensor in the launched
+    script), gradients required."""
     rng = np.random.default_rng(seed)
     values = {
-        "x": rng.standard_normal((ROWS, COLS)),
-        "y": rng.standard_normal((ROWS, COLS)),
-        "positive": rng.uniform(0.5, 2.0, (ROWS, COLS)),
+        "x": rng.standard_normal((rows, COLS)),
+        "y": rng.standard_normal((rows, COLS)),
+        "positive": rng.uniform(0.5, 2.0, (rows, COLS)),
         "weight": rng.standard_normal((COLS, COLS)) / np.sqrt(COLS),
         "gamma": rng.uniform(0.5, 1.5, (COLS,)),
         "beta": rng.standard_normal((COLS,)) * 0.1,
     }
     inputs: Dict[str, Any] = {}
     for name, value in values.items():
-        tensor = place(paddle.to_tensor(value.astype(np.float32)))
+        tensor = place(name, paddle.to_tensor(value.astype(np.float32)))
         tensor.stop_gradient = False
         inputs[name] = tensor
-    inputs["label"] = paddle.to_tensor(rng.integers(0, COLS, (ROWS, 1)).astype(np.int64))
+    inputs["label"] = place("label", paddle.to_tensor(rng.integers(0, COLS, (rows, 1)).astype(np.int64)))
+    inputs["running_mean"] = place("running_mean", paddle.zeros([COLS]))  # batch_norm's, no gradient
+    inputs["running_var"] = place("running_var", paddle.ones([COLS]))
     return inputs
 
 
 def _batch_norm(i: Dict[str, Any]) -> Any:
-    mean, var = paddle.zeros([COLS]), paddle.ones([COLS])
-    return F.batch_norm(i["x"], mean, var, i["gamma"], i["beta"], training=True)
+    return F.batch_norm(i["x"], i["running_mean"], i["running_var"], i["gamma"], i["beta"], training=True)
 
 
 #: entry point name -> a call of it (ARITH and COMPUTE entry points of the rehearsal)
@@ -75,11 +78,11 @@ SAMPLES: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "mm": lambda i: paddle.mm(i["x"], i["weight"]),
     "__matmul__": lambda i: i["x"] @ i["weight"],
     "__rmatmul__": lambda i: i["weight"].__rmatmul__(i["x"]),
-    "bmm": lambda i: paddle.bmm(i["x"].reshape([2, 32, COLS]), i["weight"].reshape([1, COLS, COLS]).tile([2, 1, 1])),
+    "bmm": lambda i: paddle.bmm(i["x"].reshape([2, -1, COLS]), i["weight"].reshape([1, COLS, COLS]).tile([2, 1, 1])),
     "einsum": lambda i: paddle.einsum("ij,jk->ik", i["x"], i["weight"]),
     "linear": lambda i: F.linear(i["x"], i["weight"]),
-    "conv1d": lambda i: F.conv1d(i["x"].reshape([4, 16, COLS]), i["weight"].reshape([16, 16, 36])[:, :, :3]),
-    "conv2d": lambda i: F.conv2d(i["x"].reshape([4, 16, 8, 12]), i["weight"].reshape([16, 16, 6, 6])[:, :, :3, :3],
+    "conv1d": lambda i: F.conv1d(i["x"].reshape([-1, 16, COLS]), i["weight"].reshape([16, 16, 36])[:, :, :3]),
+    "conv2d": lambda i: F.conv2d(i["x"].reshape([-1, 16, 8, 12]), i["weight"].reshape([16, 16, 6, 6])[:, :, :3, :3],
                                  padding=1),
 }
 

@@ -10,6 +10,9 @@ largest difference from the float32 gradient at most ``8 u`` times the largest f
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 import numpy as np
 import paddle
 import pytest
@@ -66,3 +69,43 @@ def test_backward_of_every_rounded_op_above_the_in_place_threshold(name, dtype, 
         assert calls == [], f"{name}'s output was rounded in place, yet its backward reads it"
     elif kernels.rounds_in_place(6144, dtype) and name != "linear":
         assert calls, f"{name}'s output was copied, not rounded in place"
+
+
+@pytest.fixture(scope="module")
+def dist_ranks(tmp_path_factory) -> list:
+    from distributed import launch
+
+    out = tmp_path_factory.mktemp("inplace")
+    launch(pathlib.Path(__file__).parent / "dist_scripts" / "inplace_rounding.py", str(out), log_dir=out / "log",
+           timeout=420)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_backward_of_every_rounded_op_on_disttensors(dist_ranks):
+    """2 processes, inputs sharded by rows: every op Paddle runs on these DistTensors (2.6.2: not
+    ``batch_norm``, the convolutions, ``einsum``), float16 and bfloat16, gradients within the
+    bound; an output its backward reads is copied; any other is rounded in place where its local
+    value has 4096 elements or more (or where Paddle's cast is not exact, 2.6.2: at any size),
+    never where only the global shape has them."""
+    swiglu_mlp = {"silu", "multiply", "matmul", "linear", "add", "__mul__", "__add__"}
+    for rank in dist_ranks:
+        kernel = rank.pop("kernels")
+        for dtype, sizes in rank.items():
+            in_place_kernel, cast_exact = kernel[dtype]
+            for size, table in sizes.items():
+                assert sorted(table) == sorted(SAMPLES)
+                assert not swiglu_mlp & {name for name, entry in table.items() if entry == "paddle"}
+                for name, entry in table.items():
+                    if entry == "paddle":
+                        continue
+                    where = (dtype, size, name)
+                    assert entry["finite"] and entry["error"] <= 8, where
+                    if entry["saved"]:
+                        assert entry["in_place"] == 0, where
+                    elif in_place_kernel and (entry["local"] >= 4096 or not cast_exact):
+                        assert entry["in_place"] >= 1, where
+                    else:
+                        assert entry["in_place"] == 0, where
+        small = rank["float16"]["local3072"]["silu"]
+        assert small != "paddle" and small["saved"] and small["in_place"] == 0
