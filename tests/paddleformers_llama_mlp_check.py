@@ -14,10 +14,9 @@ import logging
 
 import numpy as np
 import paddle
+import rehearsed_training
 from paddleformers.nn.mlp import MLP  # what LlamaDecoderLayer builds as its .mlp
 from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
-
-import paddle_amp_ext as amp
 
 logging.getLogger("paddle_amp_ext").setLevel(logging.ERROR)
 STEPS = 4
@@ -28,44 +27,26 @@ def config():
                        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, fuse_rms_norm=False)
 
 
-def mlp_loss(model, batch):
+def mlp_loss(batch):
     x, target = batch
-    return paddle.nn.functional.mse_loss(model(x), target)
+    return lambda model: paddle.nn.functional.mse_loss(model(x), target)
 
 
-def lm_loss(model, batch):
-    out = model(input_ids=batch, labels=batch)
-    return out[0] if isinstance(out, (tuple, list)) else out.loss
+def lm_loss(tokens):
+    def loss_of(model):
+        out = model(input_ids=tokens, labels=tokens)
+        return out[0] if isinstance(out, (tuple, list)) else out.loss
+    return loss_of
 
 
-def train(build, loss_of, batch, dtype):
+def train(build, loss_of, dtype):
     with paddle.utils.unique_name.guard():
         paddle.seed(0)
         model = build()
-    optimizer = paddle.optimizer.AdamW(1e-3, parameters=model.parameters())
-    scaler = amp.GradScaler(init_loss_scaling=1024.0) if dtype == "float16" else None
-    losses = []
     try:
-        for _ in range(STEPS):
-            if dtype == "float32":
-                loss = loss_of(model, batch)
-                loss.backward()
-                optimizer.step()
-            else:
-                with amp.fp16_emulation(model, dtype):
-                    loss = loss_of(model, batch)
-                    if scaler is None:
-                        loss.backward()
-                        optimizer.step()
-                    else:
-                        scaler.scale(loss).backward()
-                        scaler.step(optimizer)
-                        scaler.update()
-            optimizer.clear_grad()
-            losses.append(float(loss))
+        return rehearsed_training.train(model, loss_of, dtype, STEPS)
     except Exception as error:  # noqa: BLE001 - reported for the test to show
         return f"{type(error).__name__}: {str(error)[:300]}"
-    return losses
 
 
 def main():
@@ -74,9 +55,9 @@ def main():
                  paddle.to_tensor(rng.standard_normal((2, 32, 256)).astype(np.float32)))
     tokens = paddle.to_tensor(rng.integers(1, 128, (2, 32)).astype(np.int64))
     result = {}
-    for name, build, loss_of, batch in (("mlp", lambda: MLP(config()), mlp_loss, mlp_batch),
-                                        ("causal_lm", lambda: LlamaForCausalLM(config()), lm_loss, tokens)):
-        result[name] = {dtype: train(build, loss_of, batch, dtype) for dtype in ("float32", "float16", "bfloat16")}
+    for name, build, loss_of in (("mlp", lambda: MLP(config()), mlp_loss(mlp_batch)),
+                                 ("causal_lm", lambda: LlamaForCausalLM(config()), lm_loss(tokens))):
+        result[name] = {dtype: train(build, loss_of, dtype) for dtype in ("float32", "float16", "bfloat16")}
     print(json.dumps(result))
 
 

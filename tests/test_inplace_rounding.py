@@ -84,7 +84,7 @@ def dist_ranks(tmp_path_factory) -> list:
 @pytest.mark.slow
 def test_backward_of_every_rounded_op_on_disttensors(dist_ranks):
     """2 processes, inputs sharded by rows: every op Paddle runs on these DistTensors (2.6.2: not
-    ``batch_norm``, the convolutions, ``einsum``), float16 and bfloat16, gradients within the
+    ``batch_norm``, the convolutions, ``einsum``; 3.3.1: not ``einsum``), float16 and bfloat16, gradients within the
     bound; an output its backward reads is copied; any other is rounded in place where its local
     value has 4096 elements or more (or where Paddle's cast is not exact, 2.6.2: at any size),
     never where only the global shape has them."""

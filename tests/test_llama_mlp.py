@@ -13,9 +13,8 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
+import rehearsed_training
 from helpers import run_trainer_check
-
-import paddle_amp_ext as amp
 
 HIDDEN, INTERMEDIATE, TOKENS, STEPS = 256, 688, 32, 6
 
@@ -33,39 +32,19 @@ class SwiGLUBlock(paddle.nn.Layer):
         return x + self.down_proj(paddle.nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
-def train(dtype: str | None) -> list:
-    """The losses of STEPS AdamW steps (float32 for ``dtype=None``)."""
+def train(dtype: str) -> list:
+    """The losses of STEPS AdamW steps (``"float32"``: the plain loop)."""
     paddle.seed(0)
     model = SwiGLUBlock()
-    optimizer = paddle.optimizer.AdamW(1e-3, parameters=model.parameters())
     rng = np.random.default_rng(0)
     x = paddle.to_tensor(rng.standard_normal((4, TOKENS // 4, HIDDEN)).astype(np.float32))
     target = paddle.to_tensor(rng.standard_normal((4, TOKENS // 4, HIDDEN)).astype(np.float32))
-    scaler = amp.GradScaler(init_loss_scaling=1024.0) if dtype == "float16" else None
-    losses = []
-    for _ in range(STEPS):
-        if dtype is None:
-            loss = paddle.nn.functional.mse_loss(model(x), target)
-            loss.backward()
-            optimizer.step()
-        else:
-            with amp.fp16_emulation(model, dtype):
-                loss = paddle.nn.functional.mse_loss(model(x), target)
-                if scaler is None:
-                    loss.backward()
-                    optimizer.step()
-                else:
-                    scaler.scale(loss).backward()
-                    scaler.step(optimizer)
-                    scaler.update()
-        optimizer.clear_grad()
-        losses.append(float(loss))
-    return losses
+    return rehearsed_training.train(model, lambda m: paddle.nn.functional.mse_loss(m(x), target), dtype, STEPS)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_a_llama_sized_swiglu_mlp_trains_under_the_rehearsal(dtype):
-    reference = train(None)
+    reference = train("float32")
     losses = train(dtype)
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
     assert losses != reference, "the rehearsal rounded nothing"

@@ -3,7 +3,7 @@
 argv: OUT_DIR. Writes OUT_DIR/rank{N}.json: per dtype, per local size (``local6144``: inputs of
 128 rows sharded by rows, 6144 elements on each rank; ``local3072``: 64 rows, 3072 on each rank,
 6144 in all), per op (tests/backward_samples.py), either ``"paddle"`` (Paddle's own float32
-forward and backward of the op fail on these DistTensors: the API does not exist there) or:
+op fails on these DistTensors: :data:`UNSUPPORTED`) or:
 
 - ``error``: the largest difference of the rehearsed gradients (global values) from Paddle's
   float32 ones (the same DistTensors, the same seed: the same dropout mask), in units of the rounding (2**-11, 2**-8) times the largest float32 gradient;
@@ -42,9 +42,11 @@ UNIT = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 WHITE = sorted({t for name, types, _ in (*ops.FUNCTIONS, *ops.METHODS) if name in SAMPLES for t in types}
                & opdefs.defined_op_names())
 ROWS_SHARDED = {"x", "y", "positive", "label"}  # the others (weight, gamma, beta) replicated
-#: ops whose own float32 forward crashes the process on these DistTensors (2.6.2's batch_norm:
-#: a segfault in TensorDistAttr's copy)
-CRASHES = {"batch_norm"} if paddle.__version__.startswith("2.") else set()
+#: ops Paddle's own float32 forward cannot run on these DistTensors, not tried: some take the
+#: process down (2.6.2's batch_norm: a segfault in TensorDistAttr's copy; 3.3.1's einsum raises,
+#: and 1 run in 3 aborts in converting that error: "std::bad_alloc" in ThrowExceptionToPython)
+UNSUPPORTED = ({"batch_norm", "conv1d", "conv2d", "einsum", "__rmatmul__"} if paddle.__version__.startswith("2.")
+               else {"einsum"})
 calls: list = []
 _apply = rounding._RoundTripInPlace.apply
 rounding._RoundTripInPlace.apply = lambda x, d: calls.append(1) or _apply(x, d)
@@ -90,13 +92,10 @@ def main() -> None:
         for rows in (128, 64):
             table = record.setdefault(dtype, {}).setdefault(f"local{rows * COLS // 2}", {})
             for name in sorted(SAMPLES):
-                try:
-                    if name in CRASHES:
-                        raise RuntimeError(f"Paddle's own {name} crashes on a DistTensor")
-                    expected, saved, _ = run(name, rows, None)
-                except Exception:  # noqa: BLE001 - Paddle's own DistTensor op fails: not supported here
+                if name in UNSUPPORTED:
                     table[name] = "paddle"
                     continue
+                expected, saved, _ = run(name, rows, None)
                 del calls[:]
                 got, _, local = run(name, rows, dtype)
                 error = max(float(np.max(np.abs(got[k] - g))) / float(np.max(np.abs(g))) / UNIT[dtype]
