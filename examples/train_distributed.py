@@ -1,4 +1,7 @@
-"""Data-parallel AMP training; found_inf is all-reduced so ranks never diverge.
+"""Data-parallel AMP training: every rank skips the same steps, with no collective of the package's
+(after backward every rank holds the same all-reduced gradients, so the same found_inf).
+
+Needs the [examples] extra (tqdm).
 
     python -m paddle.distributed.launch --nproc_per_node 2 examples/train_distributed.py
     (on a CPU: unset CUDA_VISIBLE_DEVICES first; add --emulate to run the scaler for real)

@@ -2,7 +2,7 @@
 
 Example:
     >>> import paddle_amp_ext as amp
-    >>> with amp.auto_cast(dtype="auto", custom_black_list=["softmax"]):  # doctest: +SKIP
+    >>> with amp.auto_cast(dtype="auto", custom_black_list=["gelu"]):  # doctest: +SKIP
     ...     loss = model(x).mean()
 """
 

@@ -1,4 +1,4 @@
-"""The documentation site's sources (issue 32): every public name has its API entry, the README
+"""The documentation site's sources: every public name has its API entry, the README
 stays short and keeps the set-up commands, the CLI pages and the CHANGELOG are generated or
 included, not copied. The strict build itself is ``bash scripts/docs`` (CI runs it)."""
 
@@ -59,16 +59,20 @@ def test_every_api_entry_names_something_that_exists():
 
 def test_every_public_submodule_has_its_page():
     text = _api_text()
-    for module in ("paddle_amp_ext.distributed", "paddle_amp_ext.integrations.paddlenlp",
+    for module in ("paddle_amp_ext.distributed", "paddle_amp_ext.run", "paddle_amp_ext.integrations.paddlenlp",
                    "paddle_amp_ext.integrations.paddleformers", "paddle_amp_ext.integrations.hapi",
-                   "paddle_amp_ext.visualdl", "paddle_amp_ext.rehearsal", "paddle_amp_ext.debugging"):
+                   "paddle_amp_ext.visualdl", "paddle_amp_ext.rehearsal", "paddle_amp_ext.debugging",
+                   "paddle_amp_ext.verify", "paddle_amp_ext.fp8"):
         assert f"::: {module}" in text, module
     import paddle_amp_ext.distributed as distributed
+    import paddle_amp_ext.fp8 as fp8
     import paddle_amp_ext.rehearsal as rehearsal
+    import paddle_amp_ext.run as run
+    import paddle_amp_ext.verify as verify
     import paddle_amp_ext.visualdl as visualdl
 
     documented = _documented()
-    for sub in (distributed, rehearsal, visualdl):
+    for sub in (distributed, fp8, rehearsal, run, verify, visualdl):
         assert [n for n in sub.__all__ if n not in documented] == [], sub.__name__
 
 
@@ -113,7 +117,7 @@ def test_the_readme_links_and_the_nav_point_at_pages_that_exist():
 
 def test_the_changelog_page_includes_the_changelog_and_does_not_copy_it():
     page = (DOCS / "changelog.md").read_text(encoding="utf-8")
-    assert page.strip() == '--8<-- "CHANGELOG.md"'
+    assert page.strip() == '---\nsearch:\n  exclude: true\n---\n\n--8<-- "CHANGELOG.md"'  # not a search hit for every name
 
 
 def _hook(name: str):
@@ -146,3 +150,36 @@ def test_the_sphinx_roles_become_optional_references():
         'see <autoref identifier="paddle_amp_ext.keep_fp32" optional><code>keep_fp32</code></autoref> and '
         '<autoref identifier="paddle_amp_ext.AmpConfig" optional><code>AmpConfig</code></autoref>, '
         '<autoref identifier="paddle_amp_ext.x" optional><code>x()</code></autoref>')
+
+
+def _output_hook(monkeypatch):
+    monkeypatch.syspath_prepend(str(DOCS / "hooks"))  # as MkDocs loads its hooks: `from cli import ...`
+    return _hook("output")
+
+
+def test_the_output_hook_puts_the_real_output_on_the_page_and_fails_on_a_wrong_exit(monkeypatch):
+    output = _output_hook(monkeypatch)
+    monkeypatch.setenv("PADDLE_AMP_EXT_DOCS_PYTHON", sys.executable)
+    page = output.on_page_markdown('a\n<!-- output: check --json --what-if "Tesla T4:7.5:16" -->\nb', None, None, None)
+    assert page.startswith("a\n```json\n{") and page.endswith("}\n```\nb")
+    assert '"name": "Tesla T4"' in page
+    with pytest.raises(RuntimeError, match=r"`check --require fp64` exited 2, expected 0"):
+        output.run("check", " --require fp64", 0)
+    assert output.run("check", " --require fp64", 2) == ""  # exit=2 in the marker: the usage error is the point
+    with pytest.raises(ValueError, match=r"unknown command 'rm'"):
+        output.run("rm", " -rf /", 0)
+
+
+def test_every_key_check_json_prints_is_explained_on_the_gate_page():
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.check", "--json", "--what-if", "Tesla T4:7.5:16"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    report = json.loads(proc.stdout)
+    page = (DOCS / "gate.md").read_text(encoding="utf-8")
+    table = page[page.index("## What `check` prints"):]
+    table = table[:table.index("\n## ")]
+    explained = set(re.findall(r"`(\w+)`", table))
+    keys = set(report) | set(report["decision"]) | {k for d in report["devices"] for k in d}
+    assert sorted(keys - explained) == []

@@ -1,4 +1,4 @@
-"""Every ```python block of README.md and docs/**/*.md runs (issue 32).
+"""Every ```python block of README.md and docs/**/*.md runs.
 
 Each block runs alone in a fresh subprocess of this Python (Paddle 3.3.1 in CI), in an empty
 folder, with a timeout; a block that needs a GPU, fleet, a Trainer or a file that does not exist

@@ -70,7 +70,7 @@ def test_exit_codes_mean_one_thing_each(tmp_path):
     code, _, err = doctor(tmp_path / "missing.py")
     assert code == 2 and "No such script" in err
     code, _, err = doctor(tmp_path)
-    assert code == 2 and "it is a directory" in err
+    assert code == 2 and "is a folder without a __main__.py: nothing to run" in err
     for bad in ("0", "-5", "inf", "x"):
         code, _, err = doctor("--loss-scale", bad, write_script(tmp_path))
         assert code == 2 and "--loss-scale" in err
@@ -174,6 +174,6 @@ def test_dockerfiles_run_as_a_user_and_the_readme_binds_the_dashboard_to_localho
         lines = [line.split() for line in (root / "docker" / name).read_text().splitlines() if line.strip()]
         users = [words[1] for words in lines if words[0] == "USER"]
         assert users and users[-1] not in ("root", "0"), f"{name} must end as a non-root USER"
-    page = (root / "docs" / "docker.md").read_text()  # the Docker commands moved from the README (issue 32)
+    page = (root / "docs" / "docker.md").read_text()  # the Docker commands live on the Docker page
     assert "-p 8040:8040" not in page and "-p 127.0.0.1:8040:8040" in page
 

@@ -25,7 +25,7 @@ from paddle_amp_ext.rehearsal import ops, rounding
 UNIT = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 #: every op type a sample runs (that this Paddle defines), white-listed so that each is rounded
 WHITE = sorted({t for name, types, kind in (*ops.FUNCTIONS, *ops.METHODS) if name in SAMPLES for t in types}
-               & opdefs.defined_op_names())
+               & opdefs.ops_paddle_defines())
 NAMES = sorted(SAMPLES)
 
 

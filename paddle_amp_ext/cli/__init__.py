@@ -3,8 +3,8 @@
 Exit codes, the same in every tool:
 
 - ``0`` (:data:`OK`): done, nothing wrong (``check``: usable; ``doctor``: every value fit).
-- ``1`` (:data:`FOUND`): the answer is "no" (``check --require``: not usable; ``doctor``: an
-  overflow was found).
+- ``1`` (:data:`FOUND`): the answer is "no" (``check --require``: not usable; ``check --verify``:
+  a check failed, or no GPU to run them on; ``doctor``: an overflow was found).
 - ``2`` (:data:`USAGE`): bad input (an unknown flag, a bad value, a missing or unreadable file,
   a port that cannot be served); the message names the input.
 - ``3`` (:data:`SCRIPT_FAILED`): ``doctor`` only, the script itself failed (an exception, or a

@@ -122,13 +122,18 @@ class AmpCallback(TrainerCallback):
             self.hook = self._source = None
 
     def _hold(self, scheduler: Any, guard: Any) -> None:
-        """Replace ``scheduler.step`` (on this object) by one that does nothing after a skipped guarded step."""
-        original = scheduler.step
+        """Replace ``scheduler.step`` (on this object) by one that does nothing after a skipped guarded step.
+
+        Otherwise it calls the object's own ``step`` it replaced, or else its class's, looked up at
+        the call (so the routing's hold, on the class, is met there too)."""
+        own = vars(scheduler).get("step")
 
         def step(*args: Any, **kwargs: Any) -> Any:
             if guard.active and guard.last_step_skipped:
                 return None
-            return original(*args, **kwargs)
+            if own is not None:
+                return own(*args, **kwargs)
+            return type(scheduler).step(scheduler, *args, **kwargs)
 
         scheduler.step = step
         self._held = (scheduler, step)

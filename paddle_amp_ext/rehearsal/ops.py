@@ -23,7 +23,8 @@ return what the CUDA kernel returns (:mod:`.nonfinite`).
 
 Rounded outputs are marked as low precision, so they are not rounded twice and the ops after
 them follow. A fresh output is rounded in its own buffer, unless the grad node that made it reads
-it in its backward (:func:`paddle_amp_ext._compat.backward.saved_by_backward`; docs/rehearsal.md). Backward is rounded where forward was (:func:`.rounding.round_trip`). An
+it in its backward (:func:`paddle_amp_ext._compat.backward.saved_by_backward`; docs/rehearsal.md).
+Backward is rounded where forward was (:func:`.rounding.round_trip`). An
 ``auto_cast(enable=False)`` inside the rehearsal, or a ``keep_fp32`` layer, turns rounding off;
 code being converted by ``paddle.jit.to_static`` is not rounded.
 

@@ -40,7 +40,7 @@ out_dir = sys.argv[1]
 MESH = dist.ProcessMesh([0, 1], dim_names=["x"])
 UNIT = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 WHITE = sorted({t for name, types, _ in (*ops.FUNCTIONS, *ops.METHODS) if name in SAMPLES for t in types}
-               & opdefs.defined_op_names())
+               & opdefs.ops_paddle_defines())
 ROWS_SHARDED = {"x", "y", "positive", "label"}  # the others (weight, gamma, beta) replicated
 #: ops Paddle's own float32 forward cannot run on these DistTensors, not tried: some take the
 #: process down (2.6.2's batch_norm: a segfault in TensorDistAttr's copy; 3.3.1's einsum raises,
