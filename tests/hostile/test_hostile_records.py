@@ -1,4 +1,4 @@
-"""The record writer against hostile values, kills, races and forks (issues 36 and 37): values
+"""The record writer against hostile values, kills, races and forks: values
 beyond float32's range, negative steps, a SIGKILL in the middle of a large write, hooks started
 together with one run name, steps logged in a forked child, a multiprocessing child's own hook,
 and the learning rate on skipped steps. Every record is read back with VisualDL's own LogReader."""
@@ -219,7 +219,7 @@ def test_visualdl_serve_repairs_before_serving(tmp_path):
     proc = run_python(f"""
         import os, sys
         os.execv = lambda *args: sys.exit(0)  # the dashboard itself is not started
-        from paddle_amp_ext.cli.visualdl import main
+        from paddle_amp_ext.cli.visualdl_serve import main
         sys.exit(main(["--logdir", {str(tmp_path)!r}, "--port", "{port}"]))
     """)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -393,7 +393,7 @@ def test_a_fork_started_multiprocessing_child_keeps_the_records_of_its_own_hook(
     assert series(the_file(tmp_path / "parent")) == [(0, 7.0)]
 
 
-# ---------------------------------------------------------------- amp/lr on skipped steps (issue 36)
+# ---------------------------------------------------------------- amp/lr on skipped steps
 def test_the_lr_is_recorded_on_every_step_skipped_ones_first(tmp_path):
     paddle.seed(0)
     model = paddle.nn.Linear(4, 1)
