@@ -83,18 +83,6 @@ class LibraryRun:
             self._run = None
 
 
-def require(module: str, extra: str) -> None:
-    """Raise ImportError naming the extra when ``module`` cannot be found (located, not imported)."""
-    import importlib.util
-
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise ImportError(f"report_to={extra!r} needs {module}: pip install 'paddle-amp-ext[{extra}]'")
-
-
 def environ_flag(name: str, default: str) -> str:
     """``os.environ[name]`` or ``default`` (the user's own setting wins)."""
     return os.environ.get(name) or default
