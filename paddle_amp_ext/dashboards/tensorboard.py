@@ -110,5 +110,5 @@ class EventEncoder:
         summary = b"".join(parts)
         head = b"\x09" + _DOUBLE(walltime_ms / 1000) if walltime_ms else b""
         if step:
-            head += b"\x10" + varint(step & 0xFFFFFFFFFFFFFFFF)  # int64: a negative step as two's complement
+            head += b"\x10" + varint(step)  # int64: a negative step as its two's complement
         return framed(head + b"\x2a" + varint(len(summary)) + summary)

@@ -142,3 +142,14 @@ def test_library_run_refuses_a_corrupt_line(tmp_path):
     with pytest.raises(json.JSONDecodeError):
         run.write_bytes(b"not json\n")
     assert run.logged == []
+
+
+@pytest.mark.parametrize("value", ["1.0", None, [1.0], object()])
+def test_float32_bytes_names_a_value_that_is_not_a_number(value):
+    with pytest.raises(TypeError, match=r"A recorded value must be a real number\. Received: "):
+        float32_bytes(value)
+
+
+def test_varint_of_negative_and_oversized_ints_is_64_bit():
+    assert varint(-1) == b"\xff" * 9 + b"\x01"
+    assert varint(2**64 + 5) == varint(5)
