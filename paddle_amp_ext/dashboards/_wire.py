@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 import struct
+from dataclasses import dataclass
+from typing import Callable
 
 _UINT64 = (1 << 64) - 1
 _PACK_FLOAT32 = struct.Struct("<f").pack
@@ -40,3 +42,13 @@ def float32_bytes(value: float) -> bytes:
             return _INF32 if value > 0 else _NEG_INF32
         raise TypeError(f"A recorded value must be a real number. Received: {value!r} "
                         f"(of type {type(value).__name__})") from None
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """A record file format: the prefix its files' names start with, a new file's name (given
+    the user's suffix) and its first record (given the wall time in ms)."""
+
+    prefix: str
+    name: Callable[[str], str]
+    header: Callable[[int], bytes]

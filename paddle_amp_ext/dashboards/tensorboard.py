@@ -20,7 +20,7 @@ import struct
 import time
 from typing import Callable, List, Tuple
 
-from ._wire import float32_bytes, varint
+from ._wire import FileFormat, float32_bytes, varint
 
 
 def _table_crc32c() -> Callable[[bytes], int]:
@@ -112,3 +112,7 @@ class EventEncoder:
         if step:
             head += b"\x10" + varint(step)  # int64: a negative step as its two's complement
         return framed(head + b"\x2a" + varint(len(summary)) + summary)
+
+
+#: how :class:`paddle_amp_ext.visualdl.records.RecordFile` names and starts an event file
+FORMAT = FileFormat(PREFIX, file_name, header)
