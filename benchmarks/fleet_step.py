@@ -5,7 +5,8 @@ config: fleet's hybrid configs (``dp``: fleet's data parallel; ``sharding``: sha
 ``mp``: tensor parallel with the first layer's parameters marked ``is_distributed``) and
 auto-parallel (``ap_dp``: replicated parameters, ``Shard(0)`` data; ``ap_mp``: the first Linear
 column-sharded, the second row-sharded on 3.x; both with ``dist.shard_optimizer``, no default
-process group). Variants, interleaved in one run (both ranks run the same sequence, so
+process group; ``ap_autodp``, 3.x only: ``dist.enable_auto_dp()``, replicated parameters, each
+rank its own dense batch, as PaddleFormers' auto-parallel Trainer runs). Variants, interleaved in one run (both ranks run the same sequence, so
 collectives pair up):
 
 - ``paddle``: Paddle's own path: the optimizer built with ``ClipGradByGlobalNorm(1.0)`` (fleet
@@ -17,7 +18,11 @@ collectives pair up):
   rehearsal, whose cost would swamp the step): ``paddle_scaled``, Paddle's ``GradScaler``
   (switched on by hand) through ``fleet.distributed_scaler`` with the optimizer's clip, and
   ``ours_scaled``, the package's scaler inside ``fp16_emulation`` through
-  ``fleet.distributed_scaler`` with ``step(grad_clip=1.0)``.
+  ``fleet.distributed_scaler`` with ``step(grad_clip=1.0)``;
+- ``ap_autodp`` only, counted, not timed: ``paddle_scaled``, Paddle's ``GradScaler`` (switched on
+  by hand) through ``dist.shard_scaler``, with the optimizer's clip; ``ours_scaled``, the package's
+  scaler inside ``fp16_emulation`` with ``step(grad_clip=1.0)``; ``ours_guard``,
+  ``guard_optimizer`` on a plain loop with the optimizer's clip (the bf16 Trainer's path).
 
 Collectives are counted for one step of each variant by wrapping ``paddle.distributed``'s
 all_reduce/reduce/broadcast/all_gather (fleet's, and any of ours), plus, for the auto-parallel
@@ -59,6 +64,9 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
     import paddle_amp_ext as amp
 
     auto = config.startswith("ap_")
+    auto_dp = config == "ap_autodp"
+    if auto_dp:
+        dist.enable_auto_dp()
     if not auto:
         fc.init(**{config: 2})
     rank = dist.get_rank()
@@ -72,8 +80,10 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
             return _original(*args, **kwargs)
 
         setattr(paddle.distributed, name, counted)
-    x = paddle.randn([64, width])
-    if auto:
+    if auto_dp:
+        paddle.seed(rank)
+    x = paddle.randn([64, width])  # under auto-dp: this rank's own dense batch
+    if auto and not auto_dp:
         x = dist.shard_tensor(x, mesh, [dist.Shard(0) if config == "ap_dp" else dist.Replicate()])
 
     def shard_mp(name, layer, mesh):
@@ -117,18 +127,22 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
             opt.clear_grad()
         return step
 
-    def paddle_scaled_step():
-        """Paddle's loss-scaled path: its GradScaler through fleet.distributed_scaler, step() and
-        update() (switched on by hand: Paddle's scaler is off on a CPU)."""
+    def paddle_scaler_on():
+        """Paddle's GradScaler, switched on by hand (it is off on a CPU)."""
         from paddle_amp_ext import _compat
 
-        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0))
         scaler = paddle.amp.GradScaler(init_loss_scaling=1024.0)
         _compat.init_scaler_state(scaler, 1024.0)
         scaler._enable = True
         scaler._incr_ratio, scaler._decr_ratio = 2.0, 0.5
         scaler._incr_every_n_steps, scaler._decr_every_n_nan_or_inf = 2000, 1
-        scaler = fleet.distributed_scaler(scaler)
+        return scaler
+
+    def paddle_scaled_step(wrap):
+        """Paddle's loss-scaled path: its GradScaler through ``wrap`` (fleet.distributed_scaler,
+        dist.shard_scaler), step() and update() (switched on by hand: Paddle's scaler is off on a CPU)."""
+        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0))
+        scaler = wrap(paddle_scaler_on())
 
         def step():
             (model(x).pow(2).mean() * 1024.0).backward()
@@ -137,11 +151,11 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
             opt.clear_grad()
         return step
 
-    def ours_scaled_step():
+    def ours_scaled_step(wrap):
         """The package's scaler with loss scaling on (inside fp16_emulation, as on a CPU it must
-        be) through fleet.distributed_scaler, step(grad_clip=1.0)."""
+        be) through ``wrap`` (fleet.distributed_scaler, or none), step(grad_clip=1.0)."""
         model, opt = build(None)
-        scaler = fleet.distributed_scaler(amp.GradScaler(init_loss_scaling=1024.0))
+        scaler = wrap(amp.GradScaler(init_loss_scaling=1024.0))
 
         def step():
             with amp.fp16_emulation(model, custom_black_list=["matmul"]):
@@ -151,8 +165,23 @@ def worker(config: str, out: str, steps: int, repeats: int, width: int) -> None:
             opt.clear_grad()
         return step
 
+    def guard_step():
+        model, opt = build(paddle.nn.ClipGradByGlobalNorm(1.0))
+        amp.guard_optimizer(opt)
+
+        def step():
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.clear_grad()
+        return step
+
     variants = {"paddle": paddle_step(), "ours": ours_step(False), "ours_own_clip": ours_step(True)}
-    counted_only = {} if auto else {"paddle_scaled": paddle_scaled_step(), "ours_scaled": ours_scaled_step()}
+    if auto_dp:
+        counted_only = {"paddle_scaled": paddle_scaled_step(dist.shard_scaler),
+                        "ours_scaled": ours_scaled_step(lambda scaler: scaler), "ours_guard": guard_step()}
+    else:
+        counted_only = {} if auto else {"paddle_scaled": paddle_scaled_step(fleet.distributed_scaler),
+                                        "ours_scaled": ours_scaled_step(fleet.distributed_scaler)}
     per_step = {}
     for name, fn in {**variants, **counted_only}.items():
         fn()  # warm
@@ -196,7 +225,9 @@ def _launch(config: str, steps: int, repeats: int, width: int, vlog: bool = Fals
             kill_tree(proc.pid)
             proc.wait()
             raise
-        if code != 0:
+        # 3.3.1, ap_autodp with Paddle's reshard VLOG on: the launcher dies by SIGABRT after the
+        # workers wrote their result and left (os._exit); the log it was run for is complete
+        if code != 0 and not (vlog and config == "ap_autodp" and os.path.exists(out)):
             raise subprocess.CalledProcessError(code, cmd)
         with open(out) as f, open(os.path.join(tmp, "log", "workerlog.0"), errors="replace") as log:
             return json.load(f), log.read()
@@ -225,6 +256,12 @@ def run(config: str, steps: int, repeats: int, width: int) -> dict:
     return result
 
 
+def _has_auto_dp() -> bool:
+    import paddle.distributed as dist
+
+    return hasattr(dist, "enable_auto_dp")
+
+
 def quartiles(values: list) -> tuple:
     q = statistics.quantiles(values, n=4)
     return q[0], q[2]
@@ -232,7 +269,7 @@ def quartiles(values: list) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--configs", nargs="+", default=["dp", "sharding", "mp", "ap_dp", "ap_mp"])
+    parser.add_argument("--configs", nargs="+", default=["dp", "sharding", "mp", "ap_dp", "ap_mp", "ap_autodp"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--width", type=int, default=256)
@@ -247,6 +284,9 @@ def main() -> int:
     print("config    collectives/step (paddle, ours, ours_own_clip; loss-scaled: paddle, ours)   ms/step paddle   "
           "ours/paddle median [IQR]   ours_own_clip/paddle median [IQR]")
     for config in args.configs:
+        if config == "ap_autodp" and not _has_auto_dp():
+            print(f"{config:<9} skipped: this Paddle has no dist.enable_auto_dp (2.6.2)")
+            continue
         result = run(config, args.steps, args.repeats, args.width)
         s, c = result["samples"], result["collectives"]
         ratios = {k: [a / b for a, b in zip(s[k], s["paddle"])] for k in ("ours", "ours_own_clip")}
@@ -255,6 +295,7 @@ def main() -> int:
             lo, hi = quartiles(ratios[k])
             cells.append(f"{statistics.median(ratios[k]):.3f} [{lo:.3f}, {hi:.3f}]")
         scaled = f"; {c['paddle_scaled']}, {c['ours_scaled']}" if "paddle_scaled" in c else ""
+        scaled += f"; guard {c['ours_guard']}" if "ours_guard" in c else ""
         print(f"{config:<9} {c['paddle']}, {c['ours']}, {c['ours_own_clip']}{scaled:<52} "
               f"{1e3 * statistics.median(s['paddle']):>8.2f}       {cells[0]:<26} {cells[1]}")
         sys.stdout.flush()

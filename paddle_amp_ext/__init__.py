@@ -14,33 +14,35 @@ __version__ = "0.1.0"
 # custom-op builds, so it is hidden here (narrowly, by its message).
 _warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
-from . import _deferred
+from .run import _deferred
 
 if _deferred.starting_run():  # python -m paddle_amp_ext.run: the script imports paddle first (issue 30)
     __getattr__ = _deferred.deferred_getattr
+elif _deferred.check_without_paddle():
+    pass  # python -m paddle_amp_ext.check says itself that Paddle is missing (exit code 2, no traceback)
 else:
     try:
         import paddle as _paddle  # noqa: F401
     except ImportError as _exc:  # pragma: no cover - exercised by a subprocess test
         raise ImportError(
-            "paddle-amp-ext needs PaddlePaddle, which is not installed. Install it with the extra "
-            "for your machine: pip install 'paddle-amp-ext[gpu]' (paddlepaddle-gpu) or "
-            "'paddle-amp-ext[cpu]' (paddlepaddle); in the official Paddle Docker image it is "
-            "already there."
+            "paddle-amp-ext needs PaddlePaddle, which is not installed. " + _deferred.INSTALL_PADDLE
         ) from _exc
 
     from . import debugging
     from .autocast import auto_cast, decorate, is_bfloat16_supported, is_float16_supported
+    from .backends import Accelerator
     from .config import AmpConfig
     from .device import probe
     from .errors import AmpOverflowError, AmpUnsupportedError
     from .events import StepEvent, StepResult
+    from .fp8 import fp8_emulation, fp8_linears, fp8_readiness
     from .gate import AmpDecision, DeviceInfo, decide
     from .guard import OptimizerGuard, guard_optimizer
-    from .integrations import hapi_amp_configs, route, routed, unroute
+    from .integrations import hapi_amp_configs
     from .keep import keep_fp32
     from .legacy import AmpScaler, amp_decorate, amp_guard
     from .rehearsal import OverflowWatch, advise, find_overflow, fp16_emulation, rehearse
+    from .run.routing import route, routed, unroute
     from .scaler import GradScaler
 
     _LAZY = {"VisualDLHook": "visualdl", "VisualDLCallback": "visualdl"}
@@ -70,6 +72,7 @@ else:
 
 
     __all__ = [
+        "Accelerator",
         "AmpConfig",
         "AmpScaler",
         "AmpDecision",
@@ -93,6 +96,9 @@ else:
         "decorate",
         "find_overflow",
         "fp16_emulation",
+        "fp8_emulation",
+        "fp8_linears",
+        "fp8_readiness",
         "guard_optimizer",
         "hapi_amp_configs",
         "is_bfloat16_supported",

@@ -3,7 +3,9 @@
 Accepts a number (max global norm) or one of Paddle's ``ClipGradByGlobalNorm``,
 ``ClipGradByNorm`` and ``ClipGradByValue``; the arithmetic is Paddle's, on the kernels Paddle's
 own clip uses: one fused squared-L2-norm per gradient, one sum, one in-place multiply per
-gradient. The norm stays a device tensor: nothing here reads a value back to the host.
+gradient. The norm stays a device tensor: nothing here reads a value back to the host. One norm
+over every gradient given (every parameter group together, each gradient once): Paddle's
+optimizer-level clip clips each group by its own norm (docs/differences.md).
 """
 
 from __future__ import annotations

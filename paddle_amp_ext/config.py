@@ -104,6 +104,8 @@ class AmpConfig:
             ``"cumulative"`` (inf steps count until the scale changes).
         max_consecutive_skips: After this many skipped steps in a row, ``on_collapse`` applies.
         on_collapse: ``"warn"`` or ``"raise"`` (``AmpOverflowError``).
+        fp8_exclude_layers: ``nn.Linear`` sublayer names to keep out of FP8 under
+            :func:`paddle_amp_ext.fp8_linears` (the FP8 advisor writes them, see docs/fp8.md).
 
     Raises:
         TypeError: a value of the wrong type, naming it and the fix.
@@ -127,6 +129,7 @@ class AmpConfig:
     hysteresis: str = "consecutive"
     max_consecutive_skips: Optional[int] = None
     on_collapse: str = "warn"
+    fp8_exclude_layers: Tuple[str, ...] = ()
     _given: FrozenSet[str] = dataclasses.field(default=frozenset(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +153,10 @@ class AmpConfig:
                              "keep the whole model in float32, which is no AMP at all. Name sublayers by path "
                              "('head', 'encoder.norm') or class ('LayerNorm'); for a float32 model, turn AMP off "
                              "(enable=False).")
+        put(self, "fp8_exclude_layers", as_op_names("fp8_exclude_layers", self.fp8_exclude_layers))
+        if "" in self.fp8_exclude_layers:
+            raise ValueError(f"fp8_exclude_layers={list(self.fp8_exclude_layers)} contains ''; name the nn.Linear "
+                             "sublayers by their path ('0', 'mlp.down_proj'), as model.named_sublayers() does")
         oplists.validate(white, black)
         validate_scaling(
             init_loss_scaling=self.init_loss_scaling,

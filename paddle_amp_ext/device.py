@@ -1,4 +1,8 @@
-"""GPU discovery through Paddle's public device API, and the process-wide AMP decision."""
+"""GPU discovery through Paddle's public device API, and the process-wide AMP decision.
+
+A ROCm GPU, Kunlun XPU or custom device is described by :func:`probe_accelerator` and judged by
+Paddle's own rule for it (:mod:`paddle_amp_ext.backends`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from typing import Optional, Tuple
 import paddle
 
 from . import _compat
-from .gate import AmpDecision, DeviceInfo, decide, decide_by_support
+from .backends import Accelerator
+from .gate import AmpDecision, DeviceInfo, decide
 
 
 @dataclass(frozen=True)
@@ -94,21 +99,49 @@ def _current_index() -> int:
     return 0
 
 
+def probe_accelerator(kind: Optional[str] = None) -> Optional[Accelerator]:
+    """The device Paddle runs on now when it is a ROCm GPU, a Kunlun XPU or a custom device, else None.
+
+    Args:
+        kind: the place kind (``"gpu"``, ``"xpu"``, ``"custom"``, ``"cpu"``); default: the tracer's.
+
+    Raises:
+        RuntimeError: Paddle could not describe the device (the message says which call failed).
+    """
+    kind = _compat.place_kind() if kind is None else kind
+    try:
+        if kind == "xpu":
+            index, _ = _compat.place_device()
+            return Accelerator("xpu", index=index, xpu_generation=_compat.xpu_generation(index))
+        if kind == "custom":
+            index, device_type = _compat.place_device()
+            return Accelerator("custom", index=index, device_type=device_type)
+        if paddle.is_compiled_with_rocm() and paddle.device.cuda.device_count() > 0:
+            index = _current_index()
+            major, minor = paddle.device.cuda.get_device_capability(index)
+            return Accelerator("rocm", index=index, name=str(paddle.device.cuda.get_device_name(index)),
+                               compute_capability=(int(major), int(minor)))
+    except (RuntimeError, ValueError, TypeError, AttributeError, OSError) as exc:
+        raise RuntimeError(f"Paddle could not describe its {kind} device: {exc!r}") from exc
+    return None
+
+
 def device_decision(kind: str, requested: str, strict: bool = False) -> AmpDecision:
-    """The decision for an XPU or custom device: Paddle's own support check decides."""
-    fp16 = bool(paddle.amp.is_float16_supported())
-    bf16 = bool(paddle.amp.is_bfloat16_supported())
-    return decide_by_support(requested, fp16=fp16, bf16=bf16, device=f"this {kind.upper()} device",
-                             rule="paddle.amp.is_float16_supported/is_bfloat16_supported", strict=strict)
+    """The decision for an XPU or custom device: Paddle's own rule for it (:mod:`paddle_amp_ext.backends`)."""
+    return decide(probe_accelerator(kind), requested, strict=strict, paddle_version=_compat.PADDLE_VERSION,
+                  no_device_reason=f"Paddle describes no {kind} device here")
 
 
 @functools.cache
 def current_decision(requested: str = "auto", strict: bool = False) -> AmpDecision:
-    """The gate's decision for the current GPU, made once per process and request."""
+    """The gate's decision for the current device, made once per process and request (an XPU or
+    custom device: Paddle's own rule, as :func:`device_decision`)."""
+    kind = _compat.place_kind()
+    if kind in ("xpu", "custom"):
+        return device_decision(kind, requested, strict)
     if paddle.is_compiled_with_rocm():  # Paddle's own rule, not a CUDA compute capability
-        fp16, bf16 = _compat.gpu_amp_support()
-        return decide_by_support(requested, fp16=fp16, bf16=bf16, device=f"ROCm GPU {_current_index()}",
-                                 rule=f"Paddle {paddle.__version__}'s rule for ROCm builds", strict=strict)
+        return decide(probe_accelerator("gpu"), requested, strict=strict, paddle_version=_compat.PADDLE_VERSION,
+                      no_device_reason="Paddle is a ROCm build but sees no GPU")
     report = probe_report()
     index = _current_index()
     device = next((d for d in report.devices if d.index == index), None)

@@ -1,6 +1,8 @@
 """The compute-capability gate: which precision a GPU should train in, and why.
 
-Pure: no Paddle import. :func:`paddle_amp_ext.probe` supplies the :class:`DeviceInfo`.
+Pure: no Paddle import. :func:`paddle_amp_ext.probe` supplies the :class:`DeviceInfo`. ROCm/DCU
+GPUs, Kunlun XPUs and custom devices (:class:`~paddle_amp_ext.backends.Accelerator`) get the
+verdict Paddle itself gives them (:mod:`paddle_amp_ext.backends`).
 
 Rules (NVIDIA): float16 pays from compute capability 7.0 (Volta, Tensor Cores) and needs dynamic
 loss scaling; bfloat16 needs 8.0 (Ampere) and CUDA 11, and needs no loss scaling. Below 7.0
@@ -16,15 +18,18 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 from ._log import warn_once
+from .backends import Accelerator, paddle_support
 from .errors import AmpUnsupportedError
 
 FP16_MIN_CC = (7, 0)
 BF16_MIN_CC = (8, 0)
 BF16_MIN_CUDA = 11
 REQUESTS = ("auto", "float16", "bfloat16", "float32")
+#: The Paddle version whose rules :func:`decide` applies to an Accelerator unless told otherwise.
+RULES_OF = (3, 3, 1)
 
 
 @dataclass(frozen=True)
@@ -107,25 +112,30 @@ def _fp32(requested: str, reason: str, fallback: bool) -> AmpDecision:
 
 
 def decide(
-    device: Optional[DeviceInfo],
+    device: Optional[Union[DeviceInfo, Accelerator]],
     requested: str = "auto",
     *,
     strict: bool = False,
     cuda_version: Optional[str] = None,
     no_device_reason: str = "no CUDA GPU is visible",
+    paddle_version: Tuple[int, ...] = RULES_OF,
 ) -> AmpDecision:
     """Pick the training precision for ``device``.
 
     Args:
-        device: the GPU, or None when there is none.
+        device: the CUDA GPU; a ROCm GPU, XPU or custom device (an ``Accelerator``: Paddle
+            ``paddle_version``'s own rule decides, see :mod:`paddle_amp_ext.backends`); or None
+            when there is none.
         requested: ``"auto"`` (best the GPU can do), ``"float16"``, ``"bfloat16"`` or ``"float32"``.
         strict: raise instead of falling back when an explicit ``float16``/``bfloat16`` request
             cannot run (``"auto"`` never raises: float32 is its answer where AMP does not pay).
         cuda_version: Paddle's CUDA version (``"11.8"``); bfloat16 needs 11 or later.
         no_device_reason: why there is no device, for the reason sentence.
+        paddle_version: the Paddle whose rules apply to an ``Accelerator`` (default 3.3.1's).
 
     Returns:
-        AmpDecision with a reason naming the GPU, its compute capability and the rule applied.
+        AmpDecision with a reason naming the device, its compute capability (or generation, or
+        type) and the rule applied.
 
     Raises:
         ValueError: ``requested`` is not one of ``auto``, ``float16``, ``bfloat16``, ``float32``.
@@ -136,6 +146,12 @@ def decide(
     requested = requested.lower()
     if requested == "float32":
         return _fp32(requested, "float32 was requested: AMP is off.", False)
+    if isinstance(device, Accelerator):
+        fp16, bf16, rule = paddle_support(device, paddle_version)
+        return decide_by_support(requested, fp16=fp16, bf16=bf16, device=device.label, rule=rule, strict=strict)
+    if device is not None and not isinstance(device, DeviceInfo):
+        raise TypeError(f"device must be a DeviceInfo, an Accelerator or None. Received: {device!r} "
+                        f"(of type {type(device).__name__})")
     if device is None:
         reason = f"AMP is off and training runs in float32: {no_device_reason}."
         return _unsupported(requested, reason, strict, explicit=requested != "auto")

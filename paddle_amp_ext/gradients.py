@@ -3,15 +3,17 @@
 A step applies, for each trainable parameter the optimizer updates, the gradient tensor the
 optimizer reads:
 
-- the optimizer's parameters (or the ``parameters`` a call names), but not a frozen one:
-  ``stop_gradient=True`` (``trainable=False`` sets it). A frozen layer keeps the gradient it had
-  when it was frozen (a NaN of an overflow step, say); Paddle's optimizers skip it, so it must
-  neither skip every later step nor count in a clip's global norm;
+- the optimizer's parameters (or the ``parameters`` a call names), each once (a parameter
+  listed twice has one gradient tensor: it is unscaled, clipped and counted in a norm once),
+  but not a frozen one: ``stop_gradient=True`` (``trainable=False`` sets it). A frozen layer
+  keeps the gradient it had when it was frozen (a NaN of an overflow step, say); Paddle's
+  optimizers skip it, so it must neither skip every later step nor count in a clip's global norm;
 - ``param.main_grad`` (the float32 master gradient) where the optimizer reads it, else
-  ``param.grad`` (the tensor Paddle's optimizer reads): which one depends on the optimizer and
-  the Paddle version (:func:`paddle_amp_ext._compat.optimizer.main_grad_rule`). On Paddle 2.6.2 a
-  plain optimizer's ``step()`` applies ``param.grad`` even where a ``main_grad`` is set, so that
-  is what is judged and unscaled there; ``minimize()`` applies ``param.grad`` on both versions.
+  ``param.grad`` (the tensor Paddle's optimizer reads): which one depends on the class whose
+  ``step`` runs and the Paddle version (:func:`paddle_amp_ext._compat.optimizer.main_grad_rule`).
+  ``Adam``/``AdamW`` apply ``param.grad`` even where a ``main_grad`` is set (both versions), as
+  does every plain optimizer on 2.6.2, so that is what is judged, unscaled and clipped there;
+  ``minimize()`` applies ``param.grad`` on both versions.
 
 A ``main_grad`` that is read is checked first (host metadata only, no device sync): it must be a
 float ``paddle.Tensor`` of the parameter's shape, else a ``TypeError``/``ValueError`` names the
@@ -68,10 +70,11 @@ def checked_main_grad(param: paddle.Tensor) -> Optional[paddle.Tensor]:
 
 
 def grad_pairs(params: Iterable[paddle.Tensor], rule: str = _opt.MAIN_GRAD_FIRST) -> List[Pair]:
-    """(param, gradient) of every trainable parameter of ``params`` that has a gradient.
+    """(param, gradient) of every trainable parameter of ``params`` that has a gradient, once each.
 
     Args:
-        params: parameters (frozen ones, ``stop_gradient=True``, are left out).
+        params: parameters (frozen ones, ``stop_gradient=True``, are left out; one listed twice
+            is taken once, at its first place).
         rule: which gradient: one of ``_compat.optimizer.MAIN_GRAD_FIRST`` / ``MAIN_GRAD_ONLY`` /
             ``MAIN_GRAD_NEVER`` (``main_grad`` where set, ``main_grad`` only, ``grad`` only).
 
@@ -79,10 +82,11 @@ def grad_pairs(params: Iterable[paddle.Tensor], rule: str = _opt.MAIN_GRAD_FIRST
         TypeError, ValueError: a ``main_grad`` that is read is not a master gradient of its
             parameter (:func:`checked_main_grad`).
     """
-    pairs = []
+    pairs, seen = [], set()
     for param in params:
-        if param.stop_gradient:
+        if param.stop_gradient or id(param) in seen:
             continue
+        seen.add(id(param))
         grad = None if rule == _opt.MAIN_GRAD_NEVER else checked_main_grad(param)
         if grad is None and rule != _opt.MAIN_GRAD_ONLY:
             grad = _opt.grad_ivar(param)

@@ -23,8 +23,10 @@ a skipped ``minimize`` returns ``(None, None)``, as ``scaler.minimize`` does.
 
 Cost per step: one fused squared-norm kernel per gradient, and one device-to-host read of whether
 the norm is finite (a host sync per step, the one loss scaling makes anyway); with several
-processes, one MAX all-reduce of that flag (default process group) before the read, so every rank
-makes the same decision and none waits in a collective the others skipped. Paddle's optimizers
+processes, where the ranks' flags can differ, one MAX all-reduce of that flag before the read (the
+optimizer's skip strategy, :mod:`paddle_amp_ext.distributed.skip`: over the world, or over the
+mesh under auto-dp), so every rank makes the same decision and none waits in a collective the
+others skipped. Paddle's optimizers
 also honour a ``found_inf`` auxiliary variable (``_set_auxiliary_var``), but it would save no
 sync (read in Paddle 2.6.2 and 3.3.1): in dygraph ``Optimizer._create_optimization_pass`` and the
 multi-tensor path of Adam/AdamW/Momentum read it on the host (``if found_inf:``), the dygraph
@@ -40,6 +42,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import paddle
 
 from . import _compat
+from .config import AmpConfig
+from .distributed.skip import AutoDataParallel
 from .events import StepResult
 from .gradients import Pair, applied_grads
 from .scaler import GradScaler
@@ -60,11 +64,23 @@ class _GuardScaler(GradScaler):
         return applied_grads(optimizer, self.parameters if parameters is None else parameters, via=self.via)
 
     def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, judged: list, in_step: bool) -> bool:
-        return False  # the intercepted call applies the step: the flag is agreed before it
+        """Under auto-dp, an intercepted plain ``step()`` rides on the optimizer's own global-norm
+        clip, run inside that step (the re-entered call passes through): no flag all-reduce. Every
+        other call applies the step itself, so its flag is agreed before it."""
+        method, args, kwargs = self.call
+        if (self.via != "step" or args or kwargs or getattr(method, "__name__", "") != "step"
+                or not isinstance(self._strategy(optimizer), AutoDataParallel)):
+            return False
+        return super()._rides_on_norm(optimizer, clip, parameters, judged, in_step)
 
-    def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any) -> None:
+    def _apply_step(self, optimizer: Any, in_step: bool, clip: Any, parameters: Any, strategy: Any) -> None:
         method, args, kwargs = self.call  # no clip of its own: fleet's step clips as it is built to
         self.returned = method(*args, **kwargs)
+
+    def settle(self, max_consecutive_skips: Optional[int], on_collapse: str) -> None:
+        """Take these collapse settings (validated as the constructor's), counters kept."""
+        config = AmpConfig(max_consecutive_skips=max_consecutive_skips, on_collapse=on_collapse)
+        self._max_consecutive_skips, self._on_collapse = config.max_consecutive_skips, config.on_collapse
 
     def abandon(self) -> None:
         """Forget a step whose optimizer call raised, so the next call is not taken for a second step."""
@@ -294,9 +310,12 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
     any optimizer object with a ``step`` (fleet's ``MixPrecisionOptimizer`` too).
 
     Guarding an optimizer that is already guarded returns its guard, with the new ``hooks``
-    added. Undo with ``guard.remove()``, or use the guard as a context manager. Guard the object
-    the loop calls: fleet's ``MixPrecisionOptimizer.step`` never calls its inner optimizer's
-    ``step``. An optimizer a :class:`GradScaler` steps needs no guard (its ``step`` is one).
+    added. The guard a routing put on it silently (``routed()``, ``run``) takes this call's
+    settings instead, keeping its hooks and counts: from then on it is this call's guard, and
+    judges every step, a GradScaler's too. Undo with ``guard.remove()``, or use the guard as a
+    context manager. Guard the object the loop calls: fleet's ``MixPrecisionOptimizer.step``
+    never calls its inner optimizer's ``step``. An optimizer a :class:`GradScaler` steps needs
+    no guard (its ``step`` is one).
 
     Costs one host sync per step, and one MAX all-reduce with several processes (see the
     module docstring).
@@ -325,6 +344,9 @@ def guard_optimizer(optimizer: Any, hooks: Iterable[Any] = (), *, max_consecutiv
         raise TypeError(f"guard_optimizer() needs an optimizer with a step() method (and a __dict__ to "
                         f"replace it in). Received: {optimizer!r} (of type {type(optimizer).__name__})")
     current = guard_of(optimizer)
+    if current is not None and current._defer:  # a routing's silent guard: the explicit one takes it over
+        current._scaler.settle(max_consecutive_skips, on_collapse)
+        current._settings, current._defer = (max_consecutive_skips, on_collapse), False
     if current is not None:
         if current._settings != (max_consecutive_skips, on_collapse):
             raise ValueError(

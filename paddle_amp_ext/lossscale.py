@@ -166,11 +166,12 @@ def _checked_state(state: Mapping[str, Any], current: DynamicLossScale) -> Dict[
     hysteresis = state.get("hysteresis", current.hysteresis)
     if hysteresis not in HYSTERESIS:
         raise ValueError(f"Scaler state dict key 'hysteresis' must be one of {HYSTERESIS}. Received: {hysteresis!r}")
-    values = dict(init_loss_scaling=float(scale[0]), incr_ratio=state["incr_ratio"], decr_ratio=state["decr_ratio"],
-                  incr_every_n_steps=state["incr_every_n_steps"],
+    low = state.get("min_loss_scaling", current.min_scale)
+    high = state.get("max_loss_scaling", current.max_scale)
+    values = dict(init_loss_scaling=_onto_bound(float(scale[0]), low, high), incr_ratio=state["incr_ratio"],
+                  decr_ratio=state["decr_ratio"], incr_every_n_steps=state["incr_every_n_steps"],
                   decr_every_n_nan_or_inf=state["decr_every_n_nan_or_inf"],
-                  min_loss_scaling=state.get("min_loss_scaling", current.min_scale),
-                  max_loss_scaling=state.get("max_loss_scaling", current.max_scale))
+                  min_loss_scaling=low, max_loss_scaling=high)
     try:
         validate_scaling(**values)
     except (TypeError, ValueError) as exc:
@@ -186,3 +187,31 @@ def _checked_state(state: Mapping[str, Any], current: DynamicLossScale) -> Dict[
                 decr_every_n_nan_or_inf=int(values["decr_every_n_nan_or_inf"]),
                 min_scale=float(values["min_loss_scaling"]), max_scale=float(values["max_loss_scaling"]),
                 hysteresis=str(hysteresis), dynamic=bool(dynamic), **counters)
+
+
+def _onto_bound(scale: float, low: Any, high: Any) -> float:
+    """``scale`` put back on a bound that float32 cannot hold exactly and rounded it off.
+
+    ``scale`` is saved as float32 (Paddle's format), so a scale sitting on ``min_loss_scaling=1e-4``
+    comes back as 9.99999975e-05, below the bound: it is the bound if both round to one float32.
+    Anything else is left for validation to judge.
+    """
+    for bound in (low, high):
+        if np.float32(scale) == _float32(bound):
+            return float(bound)
+    return scale
+
+
+def _as_float(value: Any) -> float:
+    """``value`` as a float where it is a real number (not a bool), else NaN (no comparison holds)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return float("nan")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond any float
+        return float("nan")
+
+
+def _float32(value: Any) -> np.float32:
+    with np.errstate(over="ignore"):
+        return np.float32(_as_float(value))

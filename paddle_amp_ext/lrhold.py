@@ -28,66 +28,87 @@ The rule, exactly:
 - A per-epoch schedule (hapi's ``LRScheduler(by_epoch=True)``) is held when the epoch's last step
   was skipped, as accelerate's is.
 
-The hold replaces ``step`` on the scheduler object (an instance attribute, so ``ReduceOnPlateau``
-and any subclass are covered; bound to the scheduler, so ``copy.deepcopy`` of a scheduler holds
-the copy), the first time one of its optimizers steps while active; the original is put back
-when the last activation ends (a copy, or a scheduler something wrapped since, keeps a hold that
-passes through). Costs no device work and no host sync.
+An explicit argument is any argument beyond the ones ``step`` requires (``metrics`` of
+``ReduceOnPlateau``) that is not its default: ``step(5)``, ``step(epoch=5)``, ``step(t=5)`` of a
+subclass that names it otherwise, any argument of one that overrides ``step(*args, **kwargs)``.
+
+The hold wraps ``step`` on the scheduler's class (the class that defines the ``step`` it runs),
+the first time one of its optimizers steps while active; the class gets its ``step`` back when
+the last activation ends (a ``step`` something put on the class since is left in place, and
+ours inside it passes through). Which schedulers are marked is kept here, by identity, weakly:
+nothing is put on the scheduler object, so its ``__dict__``, ``state_dict()``, pickles and
+copies are what they are without the package. A copy (``copy.copy``, ``copy.deepcopy``,
+``pickle``) is another scheduler, bound to no optimizer: it is never held and steps itself.
+Costs no device work and no host sync.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
-import types
 import weakref
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from . import _compat
 from ._log import warn_once
 
-_ATTR = "_paddle_amp_ext_held_step"  # where a scheduler keeps its hold (no strong reference from here)
+_MARK = "_paddle_amp_ext_lr_hold"  # set on the step functions this module puts on classes
+_MISSING = object()
 
 _lock = threading.RLock()
 _active = 0
 _total = 0
-_schedulers: weakref.WeakSet[Any] = weakref.WeakSet()
+_holds: Dict[int, Tuple[Any, _Hold]] = {}  # id(scheduler) -> (weakref to it, its hold)
+_patched: Dict[type, Tuple[Any, Any]] = {}  # class -> (its own step before, or _MISSING; ours)
 
 
 class _Hold:
-    """A scheduler's hold, kept in the scheduler's own ``__dict__`` (it deep-copies with it)."""
+    """A scheduler's marks: the bound optimizers whose last step was skipped, and the holds made."""
 
-    def __init__(self, scheduler: Any) -> None:
-        self.previous = vars(scheduler).get("step")  # an instance attribute it replaces, if any
-        self.signature = _signature(type(scheduler).step)
+    def __init__(self) -> None:
         self.pending: set = set()  # ids of the bound optimizers whose last step was skipped
         self.held = 0
-        self.method: Any = None  # the bound step put on the scheduler
 
 
-def _held_step(scheduler: Any, *args: Any, **kwargs: Any) -> Any:
-    """What ``scheduler.step`` is while held (bound to the scheduler, so a copy of the scheduler
-    is bound to the copy); passes through once no hold is active."""
+def _hold_for(scheduler: Any) -> Optional[_Hold]:
+    entry = _holds.get(id(scheduler))
+    return entry[1] if entry is not None and entry[0]() is scheduler else None
+
+
+def _swallows(scheduler: Any, signature: Optional[inspect.Signature], args: tuple, kwargs: dict) -> bool:
+    """Whether this ``step`` call is held (and if so count it); clears the mark on a call that binds."""
     global _total
-    hold = vars(scheduler)[_ATTR]
     with _lock:
-        swallow = False
-        if _active and hold.pending:
-            implicit = _implicit_epoch(hold.signature, scheduler, args, kwargs)
-            if implicit is not None:  # a call that would not bind goes through (and raises there)
-                hold.pending.clear()
-                swallow = implicit
-        if swallow:
-            hold.held += 1
-            _total += 1
-    if swallow:
-        warn_once(f"lrhold:{id(scheduler)}", "%s.step() held: the step of its optimizer was skipped "
-                  "(inf/nan gradients), so the schedule does not advance on it (once per skipped step; "
-                  "hold_lr_on_skip=False turns this off).", type(scheduler).__name__)
-        return None
-    if hold.previous is not None:
-        return hold.previous(*args, **kwargs)
-    return type(scheduler).step(scheduler, *args, **kwargs)
+        hold = _hold_for(scheduler) if _active else None
+        if hold is None or not hold.pending:
+            return False
+        implicit = _implicit_epoch(signature, scheduler, args, kwargs)
+        if implicit is None:  # a call that would not bind goes through (and raises there); the mark stays
+            return False
+        hold.pending.clear()
+        if not implicit:
+            return False
+        hold.held += 1
+        _total += 1
+    warn_once(f"lrhold:{id(scheduler)}", "%s.step() held: the step of its optimizer was skipped "
+              "(inf/nan gradients), so the schedule does not advance on it (once per skipped step; "
+              "hold_lr_on_skip=False turns this off).", type(scheduler).__name__)
+    return True
+
+
+def _held(original: Any) -> Any:
+    """``original`` (a class's ``step``) wrapped: a held call returns None, any other goes through."""
+    signature = _signature(original)
+
+    @functools.wraps(original)
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _active and _swallows(self, signature, args, kwargs):
+            return None
+        return original(self, *args, **kwargs)
+
+    setattr(step, _MARK, True)
+    return step
 
 
 def _signature(function: Any) -> Optional[inspect.Signature]:
@@ -99,24 +120,57 @@ def _signature(function: Any) -> Optional[inspect.Signature]:
 
 def _implicit_epoch(signature: Optional[inspect.Signature], scheduler: Any, args: tuple, kwargs: dict
                     ) -> Optional[bool]:
-    """True for a ``step`` call without an explicit epoch, False with one, None if it would not bind."""
+    """True for a ``step`` call with no argument beyond the required ones (or only defaults), False
+    with one, None if it would not bind."""
     if signature is None:
-        return True
+        return not args and not kwargs
     try:
         bound = signature.bind(scheduler, *args, **kwargs)
     except TypeError:
         return None
-    return bound.arguments.get("epoch") is None
+    for name, value in bound.arguments.items():
+        param = signature.parameters[name]
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            if value:
+                return False
+        elif param.default is not param.empty and value is not param.default:
+            return False
+    return True
+
+
+def _wrap_class_step(cls: type) -> None:
+    """Put the hold on the ``step`` instances of ``cls`` run, unless it is ours already (here or on a base)."""
+    current = getattr(cls, "step", None)
+    if getattr(current, _MARK, False):
+        return
+    previous = vars(cls).get("step", _MISSING)
+    try:
+        if not inspect.isfunction(current):
+            raise TypeError(f"not a function: {current!r}")
+        ours = _held(current)
+        cls.step = ours
+    except (TypeError, AttributeError) as exc:  # a class that refuses new attributes, a step that is no function
+        warn_once(f"lrhold:class:{id(cls)}", "%s.step cannot be wrapped (%s), so its schedule is not held on "
+                  "skipped steps.", cls.__name__, exc)
+        return
+    _patched[cls] = (previous, ours)
 
 
 def _hold_of(scheduler: Any) -> _Hold:
-    hold = vars(scheduler).get(_ATTR)
+    hold = _hold_for(scheduler)
     if hold is None:
-        hold = _Hold(scheduler)
-        setattr(scheduler, _ATTR, hold)
-        hold.method = scheduler.step = types.MethodType(_held_step, scheduler)
-    _schedulers.add(scheduler)
+        hold = _Hold()
+        key = id(scheduler)
+        _holds[key] = (weakref.ref(scheduler, lambda _ref, key=key: _forget(key, _ref)), hold)
+        _wrap_class_step(type(scheduler))
     return hold
+
+
+def _forget(key: int, ref: Any) -> None:
+    with _lock:
+        entry = _holds.get(key)
+        if entry is not None and entry[0] is ref:
+            del _holds[key]
 
 
 def note_step(optimizer: Any, skipped: bool) -> None:
@@ -146,7 +200,7 @@ def activate() -> None:
 
 
 def deactivate() -> None:
-    """End one :func:`activate`; at the last, every scheduler gets its own ``step`` back.
+    """End one :func:`activate`; at the last, every scheduler class gets its own ``step`` back.
 
     Raises:
         RuntimeError: more deactivations than activations.
@@ -158,18 +212,14 @@ def deactivate() -> None:
         _active -= 1
         if _active:
             return
-        for scheduler in list(_schedulers):
-            hold = vars(scheduler).get(_ATTR)
-            if hold is None:
-                continue
-            hold.pending.clear()
-            if vars(scheduler).get("step") is hold.method:  # else something wrapped it since: ours passes through
-                del vars(scheduler)[_ATTR]
-                if hold.previous is None:
-                    del scheduler.step
+        _holds.clear()
+        for cls, (previous, ours) in list(_patched.items()):
+            if vars(cls).get("step") is ours:  # else something put its own since: ours passes through
+                if previous is _MISSING:
+                    delattr(cls, "step")
                 else:
-                    scheduler.step = hold.previous
-        _schedulers.clear()
+                    cls.step = previous
+        _patched.clear()
 
 
 def is_active() -> bool:
@@ -179,7 +229,8 @@ def is_active() -> bool:
 
 def held_steps(scheduler: Any) -> int:
     """How many of ``scheduler``'s ``step()`` calls were held during the current activation (0 if none)."""
-    hold = vars(scheduler).get(_ATTR) if hasattr(scheduler, "__dict__") else None
+    with _lock:
+        hold = _hold_for(scheduler)
     return 0 if hold is None else hold.held
 
 

@@ -15,6 +15,8 @@ Example:
 from __future__ import annotations
 
 import difflib
+import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Collection, FrozenSet, Iterable, Mapping, Tuple
 
@@ -54,16 +56,55 @@ Registry = Callable[[], Collection[str]]
 
 def _default_registry() -> Collection[str]:
     """Every op the installed Paddle defines, for any backend (what a list may name)."""
-    from ._compat import defined_op_names
+    from ._compat import ops_paddle_defines
 
-    return defined_op_names()
+    return ops_paddle_defines()
 
 
 def _build_registry() -> Collection[str]:
     """The ops this build of Paddle registers (what can run here)."""
-    from ._compat import built_op_names
+    from ._compat import ops_this_build_registers
 
-    return built_op_names()
+    return ops_this_build_registers()
+
+
+def _op_of_api(name: str) -> str | None:
+    """The op a fused API named ``name`` runs (``fused_layer_norm``), or None."""
+    from ._compat import op_of_api
+
+    return op_of_api(name)
+
+
+#: A backward (gradient) op: ``softmax_grad``, ``conv2d_grad_grad``, ``tanh_triple_grad``,
+#: ``cross_entropy_grad2``, ``embedding_sparse_grad``.
+_LONGEST = 256  # characters; Paddle's longest op name has under 80
+_BACKWARD = re.compile(r"^(?P<forward>.+?)(?:_double|_triple)?_grad(?:_grad)*(?P<variant>2|_sr|_dense|_strided)?$")
+
+
+def forward_op_of(name: str, known: Collection[str]) -> str | None:
+    """The forward op a backward op ``name`` belongs to, among ``known`` (or ALIASES); None for a
+    name that is no backward op, or whose forward op is not known.
+
+    ``embedding_sparse_grad`` belongs to ``embedding``: the longest known prefix is taken. A name
+    longer than any op's (:data:`_LONGEST`) is none (the match would cost its length squared).
+    """
+    match = _BACKWARD.match(name) if len(name) <= _LONGEST else None
+    if match is None:
+        return None
+    stem = match["forward"]
+    candidates = [stem + "2"] if match["variant"] == "2" else []
+    parts = stem.split("_")
+    candidates += ["_".join(parts[:end]) for end in range(len(parts), 0, -1)]
+    return next((c for c in candidates if c in known or c in ALIASES), None)
+
+
+def shown(name: str) -> str:
+    """``name`` quoted, non-ASCII characters escaped and named (a Cyrillic 'о' looks like 'o')."""
+    if name.isascii():
+        return repr(name)
+    odd = ", ".join(f"{ascii(ch)[1:-1]} {unicodedata.name(ch, 'unnamed character')} at {i}"
+                    for i, ch in enumerate(name) if not ch.isascii())
+    return f"{ascii(name)} (non-ASCII: {odd})"
 
 
 @dataclass(frozen=True)
@@ -112,8 +153,8 @@ def validate(
             backend, so a GPU-only op is valid on a CPU.
 
     Raises:
-        ValueError: a name Paddle does not define (with up to three close names), or a name in
-            both lists.
+        ValueError: a name Paddle does not define (with up to three close names, or the op of a
+            fused API's name), a backward op (naming its forward op), or a name in both lists.
     """
     white, black = list(white), list(black)
     if not white and not black:
@@ -121,14 +162,25 @@ def validate(
     known = registry()
     for list_name, names in (("custom_white_list", white), ("custom_black_list", black)):
         for name in names:
+            forward = forward_op_of(name, known)
+            if forward is not None:
+                raise ValueError(
+                    f"{shown(name)} in {list_name} is a backward (gradient) op: op lists act in the forward "
+                    f"pass only, and an op's backward runs in the dtype its forward chose. List the forward "
+                    f"op {forward!r} instead.")
             if name in ALIASES or name in known:
                 continue
+            op = _op_of_api(name)
+            if op is not None:
+                raise ValueError(f"Unknown op {shown(name)} in {list_name}: it is the API "
+                                 f"paddle.incubate.nn.functional.{name}, not an op type. The op it runs is "
+                                 f"{op!r}: list that.")
             hints = suggest(name, known)
             if hints:
                 hint = " Did you mean " + " or ".join(repr(h) for h in hints) + "?"
             else:
                 hint = " Run `python -m paddle_amp_ext.check --list-ops` to see valid op names."
-            raise ValueError(f"Unknown op {name!r} in {list_name}.{hint}")
+            raise ValueError(f"Unknown op {shown(name)} in {list_name}.{hint}")
     both = sorted(set(expand(white)) & set(expand(black)))
     if both:
         raise ValueError(

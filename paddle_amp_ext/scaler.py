@@ -25,45 +25,30 @@ scalers). Under fleet the clip runs inside the optimizer's step, on the reduced 
 optimizer's own), with loss scaling on or off, the skip decision rides on the clip's reduced
 norm: no found_inf all-reduce, one collective fewer than Paddle's path. Auto-parallel
 DistTensor flags and norms are already global (Paddle's SPMD rules reduced them): no collective
-of ours runs on them.
+of ours runs on them. Under auto-dp (``dist.enable_auto_dp()``) each rank's gradient is its own
+addend until the step: the clip runs inside the step and the decision rides on its norm, or the
+flag is reduced once. The decision per layout: :mod:`paddle_amp_ext.distributed.skip`; the step
+path itself: :mod:`paddle_amp_ext.scaler_step`; ``update()`` and the hooks:
+:mod:`paddle_amp_ext.scaler_hooks`.
 """
 
 from __future__ import annotations
 
-import contextvars
-from typing import Any, Iterable, List, Optional, Tuple, Union
+from typing import Any, Iterable, List, Optional, Union
 
 import paddle
 from paddle.amp.grad_scaler import GradScaler as PaddleGradScaler  # not paddle.amp's: routing replaces it
 
-from . import _compat, _state, lrhold
-from ._compat import fleet as _fleet
-from ._log import info_once, logger, warn_once
-from .clip import clip_grads_, global_norm, resolve_clip
+from . import _compat, _state
+from ._log import info_once, warn_once
 from .config import FLOAT32_MAX, AmpConfig, validate_scaling
 from .device import current_decision
-from .distributed import (
-    agree_found_inf,
-    host_bool,
-    layout_of,
-    norm_covers_every_grad,
-    step_clipped,
-    step_unless_nonfinite,
-)
-from .errors import AmpOverflowError
-from .events import StepEvent, StepResult, call_optional
-from .gradients import Pair, applied_grads, grads_of
+from .events import StepResult
 from .lossscale import DynamicLossScale
+from .scaler_hooks import Reports
+from .scaler_step import StepPath, applying
 
-#: True while a scaler applies an update it decided (in this thread or task): see :func:`applying`.
-_APPLYING: contextvars.ContextVar[bool] = contextvars.ContextVar("paddle_amp_ext_scaler_applying", default=False)
-
-
-def applying() -> bool:
-    """Whether the calling thread is inside a :class:`GradScaler`'s own optimizer call (its
-    ``step()``/``minimize()`` decided the step is applied): a guard on that optimizer defers."""
-    return _APPLYING.get()
-
+__all__ = ["GradScaler", "applying"]
 
 _SCALER_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_ratio=2.0, decr_ratio=0.5, incr_every_n_steps=2000,
                        decr_every_n_nan_or_inf=1, use_dynamic_loss_scaling=True, min_loss_scaling=1.0,
@@ -71,37 +56,7 @@ _SCALER_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_ratio=2.0, decr_ratio=0.
                        on_collapse="warn")
 
 
-def _parameters_of(optimizer: Any, parameters: Any) -> List[paddle.Tensor]:
-    if parameters is None:
-        return _compat.optimizer_parameters(optimizer)
-    if isinstance(parameters, paddle.nn.Layer):
-        raise TypeError("step(parameters=...) takes the parameters, not the model: pass "
-                        f"parameters=model.parameters(). Received: a {type(parameters).__name__} layer")
-    params = list(parameters)
-    bad = [p for p in params if not isinstance(p, paddle.Tensor)]
-    if bad:
-        raise TypeError(f"step(parameters=...) must be an iterable of parameters. Received an item {bad[0]!r}")
-    return params
-
-
-def _check_optimizer(optimizer: Any, method: str) -> None:
-    """TypeError for a model (or anything without ``step``) where the optimizer belongs."""
-    if isinstance(optimizer, paddle.nn.Layer):
-        raise TypeError(f"GradScaler.{method}() takes the optimizer, not the model: call scaler.{method}(optimizer) "
-                        f"with the paddle.optimizer that updates the model. Received: a {type(optimizer).__name__} "
-                        "layer")
-    if not callable(getattr(optimizer, "step", None)):
-        raise TypeError(f"GradScaler.{method}() takes an optimizer (an object with a step() method, such as "
-                        f"paddle.optimizer.AdamW). Received: {optimizer!r} (of type {type(optimizer).__name__})")
-
-
-def _covers_every_grad(pairs: List[Pair], judged: List[Pair], clip: Any) -> bool:
-    """Whether a clip's global norm saw every judged gradient (the same pairs, none ``need_clip=False``)."""
-    return (clip is not None and pairs is judged
-            and all(getattr(p, "need_clip", True) is not False for p, _ in pairs))
-
-
-class GradScaler(PaddleGradScaler):
+class GradScaler(StepPath, Reports, PaddleGradScaler):
     """Drop-in ``paddle.amp.GradScaler`` (Paddle's arguments and defaults) with more keywords.
 
     Where it differs from Paddle's scaler on purpose (docs/differences.md, "Where it differs from
@@ -308,352 +263,6 @@ class GradScaler(PaddleGradScaler):
             return var
         return var * _compat.scaler_scale_tensor(self)
 
-    def unscale_(self, optimizer: Any) -> None:
-        """Divide the optimizer's gradients by the scale now (e.g. before your own clipping).
-
-        Checks them for inf/nan on the device; with several processes whose flags can differ
-        (not under plain data parallel: :func:`~paddle_amp_ext.distributed.flags_agree`) the flag
-        is all-reduced (MAX, one int32) here. ``step()`` then reads it (its one host sync).
-
-        Args:
-            optimizer: the optimizer whose gradients (``main_grad`` where set) are unscaled.
-
-        Raises:
-            RuntimeError: called twice for this optimizer, or after ``step()``, before update().
-        """
-        _check_optimizer(optimizer, "unscale_")
-        if not self.is_enable():
-            return
-        grads = grads_of(self._applied(optimizer))
-        if "_unscale" in vars(self) and _fleet.unscale_needs_no_collective(self):
-            # fleet.distributed_scaler's _unscale adds only a found_inf all-reduce over the world to
-            # Paddle's: the arithmetic runs here (the CUDA kernel's on a CPU), then that all-reduce
-            found = _compat.unscale(self, optimizer, grads, own=True)
-            found = agree_found_inf(found) if self._sync_found_inf else found
-        else:
-            found = self._agree(_compat.unscale(self, optimizer, grads), optimizer, unscaled=True)
-        _compat.set_found_flags(self, found=found)
-        self._found_by_opt[id(optimizer)] = found
-
-    def _agree(self, found: Any, optimizer: Any, unscaled: bool = False) -> Any:
-        """found_inf (a device flag or a Python number) as every rank sees it: the one place the
-        skip decision is reduced across ranks (:func:`~paddle_amp_ext.distributed.agree_found_inf`:
-        one MAX all-reduce over the world; none in a single process, nor where the gradients were
-        reduced before the step, nor after an ``_unscale`` fleet replaced by one that reduces), for
-        the scaler and for ``guard_optimizer``."""
-        if not self._sync_found_inf:
-            return found
-        return agree_found_inf(found, optimizer, scaler=self if unscaled else None)
-
-    def _applied(self, optimizer: Any, parameters: Optional[List[paddle.Tensor]] = None) -> List[Pair]:
-        """The (param, gradient) pairs the step applies (:mod:`paddle_amp_ext.gradients`); the
-        optimizer guard overrides it for a guarded ``minimize``."""
-        return applied_grads(optimizer, parameters)
-
-    def _skip(self, optimizer: Any) -> bool:
-        stage = _compat.optimizer_stage(self, optimizer)
-        if stage == "STEPPED":
-            raise RuntimeError(
-                "step() has already been called on this optimizer since the last update(): "
-                "call scaler.update() once per iteration, after every optimizer's step()."
-            )
-        if stage == "INIT":
-            self.unscale_(optimizer)
-        return host_bool(self._found_by_opt.pop(id(optimizer)))
-
-    def step(  # type: ignore[override]  # returns a StepResult where Paddle returns None
-        self, optimizer: Any, parameters: Optional[Iterable[paddle.Tensor]] = None, grad_clip: Any = None
-    ) -> StepResult:
-        """Unscale (once), clip the unscaled gradients, and step unless inf/nan was found.
-
-        Args:
-            optimizer: the Paddle optimizer.
-            parameters: whose gradients to clip; default: the optimizer's. The inf/nan check
-                always covers every gradient the step applies (:mod:`paddle_amp_ext.gradients`:
-                trainable parameters, ``main_grad`` where the optimizer reads it).
-            grad_clip: a float max global norm, or a ``paddle.nn.ClipGradByGlobalNorm`` /
-                ``ClipGradByNorm`` / ``ClipGradByValue``.
-
-        Returns:
-            StepResult(skipped, loss_scale, grad_norm).
-
-        Raises:
-            RuntimeError: ``step`` twice for one optimizer before ``update()``.
-            TypeError, ValueError: a bad ``grad_clip``; a model (or anything without ``step``)
-                passed as ``optimizer``; a ``main_grad`` that is not a float tensor of its
-                parameter's shape.
-        """
-        if self._static:
-            return super().step(optimizer)
-        _check_optimizer(optimizer, "step")
-        return self._step(optimizer, parameters, resolve_clip(grad_clip), None)[0]
-
-    def _step(self, optimizer: Any, parameters: Optional[Iterable[paddle.Tensor]], clip: Any,
-              minimize: Optional[Tuple[tuple, dict]]) -> Tuple[StepResult, Any]:
-        """One optimizer step, for ``step()`` and ``minimize()`` alike: the skip decision, the
-        clip, the update (``optimizer.minimize(*args, **kwargs)`` when ``minimize`` holds the
-        arguments, else :meth:`_apply_step`), the learning rate and the StepResult.
-
-        Returns:
-            (the StepResult, what ``optimizer.minimize`` returned, or None).
-        """
-        enabled = self.is_enable()
-        layout = layout_of(optimizer)
-        in_step = layout.clips_in_step  # fleet reduces the gradients in step()
-        rides = minimize is None and (in_step or (layout.norm_is_global and clip is None))  # auto-parallel: own clip
-        needs_params = (parameters is not None or clip is not None or self.record_grad_norm or not enabled
-                        or (rides and in_step))
-        judged: List[Pair] = self._applied(optimizer) if needs_params else []  # off the plain path
-        pairs = judged if parameters is None else self._applied(optimizer, _parameters_of(optimizer, parameters))
-        scale_used = self._policy.scale if enabled else 1.0
-        norm = out = None
-        if rides and self._rides_on_norm(optimizer, clip, parameters, judged, in_step):
-            norm, skipped = self._step_on_norm(optimizer, clip, judged)
-        elif not (skipped := self._skip(optimizer) if enabled else self._enter_plain_step(optimizer)):
-            if clip is not None and not in_step:
-                norm = clip_grads_(pairs, clip)
-            if not enabled and self._skip_nonfinite:
-                reuse = norm if _covers_every_grad(pairs, judged, clip) else None
-                skipped, judged_norm = self._nonfinite(optimizer, judged, reuse, layout.norm_is_global)
-                if norm is None:  # else the clip's norm (of the gradients it clipped) is the one reported
-                    norm = None if in_step else judged_norm  # before fleet's reduce: not the global norm
-            elif norm is None and self.record_grad_norm and not in_step:
-                norm = global_norm(grads_of(pairs))
-            if not skipped:
-                token = _APPLYING.set(True)  # a routed optimizer guard defers to this decision
-                try:
-                    if minimize is not None:
-                        out = optimizer.minimize(*minimize[0], **minimize[1])
-                    else:
-                        stepped_norm = self._apply_step(optimizer, in_step, clip, parameters)
-                        if in_step:  # the clip ran where fleet runs its own: the global norm
-                            norm = stepped_norm
-                finally:
-                    _APPLYING.reset(token)
-                self._last_lr = float(optimizer.get_lr())
-        if enabled:
-            _compat.mark_stepped(self, optimizer)
-            if not self._policy.dynamic:
-                _compat.reset_optimizer_stages(self)
-        self._close_step(optimizer, skipped)
-        self._last_result = StepResult(skipped=skipped, loss_scale=scale_used, grad_norm=norm)
-        return self._last_result, out
-
-    def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, judged: List[Pair], in_step: bool) -> bool:
-        """Whether the skip decision can ride on the clip's reduced global norm instead of a found_inf
-        all-reduce: the norm covers every gradient
-        (:func:`~paddle_amp_ext.distributed.norm_covers_every_grad`; an inf/nan gradient on any rank
-        leaves it inf/nan on every rank). With loss scaling off, for the non-finite guard (under
-        fleet, or auto-parallel's own clip); with it on, under fleet only (the clip inside the
-        step), on gradients not unscaled yet (no ``unscale_()`` by hand, whose flag is agreed
-        already) that need no collective of fleet's to unscale
-        (:func:`~paddle_amp_ext._compat.fleet.unscale_needs_no_collective`)."""
-        if self.is_enable():
-            ready = (in_step and _compat.optimizer_stage(self, optimizer) == "INIT"
-                     and _fleet.unscale_needs_no_collective(self))
-        else:
-            ready = self._skip_nonfinite
-        return ready and self._sync_found_inf and norm_covers_every_grad(
-            optimizer, clip, parameters, [param for param, _ in judged])
-
-    def _step_on_norm(self, optimizer: Any, clip: Any, judged: List[Pair]) -> Tuple[Optional[paddle.Tensor], bool]:
-        """Unscale this rank's gradients (loss scaling on; no collective, no host read), then step
-        through :func:`~paddle_amp_ext.distributed.step_unless_nonfinite`: the decision is whether
-        the clip's reduced global norm is finite (one host read), the same on every rank.
-
-        Returns:
-            (the global norm, whether the step was skipped).
-        """
-        if self.is_enable():
-            _compat.unscale(self, optimizer, grads_of(judged), own=True)
-        else:
-            self._enter_plain_step(optimizer)
-        token = _APPLYING.set(True)  # a routed optimizer guard defers to this decision
-        try:
-            norm, skipped = step_unless_nonfinite(optimizer, clip)  # no found_inf all-reduce
-        finally:
-            _APPLYING.reset(token)
-        if self.is_enable() and norm is not None:  # the agreed flag, where unscale_() leaves it
-            _compat.set_found_flags(self, found=paddle.logical_not(paddle.isfinite(norm)))
-        if not skipped:
-            self._last_lr = float(optimizer.get_lr())
-        return norm, skipped
-
-    def _enter_plain_step(self, optimizer: Any) -> bool:
-        """The misuse check Paddle's stage machine makes, kept while loss scaling is off."""
-        if id(optimizer) in self._plain_stepped:
-            raise RuntimeError(
-                "step() has already been called on this optimizer since the last update(): "
-                "call scaler.update() once per iteration, after every optimizer's step()."
-            )
-        self._plain_stepped.add(id(optimizer))
-        return False
-
-    def _apply_step(self, optimizer: Any, in_step: bool, clip: Any,
-                    parameters: Optional[Iterable[paddle.Tensor]]) -> Optional[paddle.Tensor]:
-        """Apply the update; return the global norm where fleet's step clipped (``in_step``).
-
-        The optimizer guard applies the call it intercepted instead.
-        """
-        if in_step:  # the clip runs where fleet runs its own
-            return step_clipped(optimizer, clip, self.record_grad_norm, parameters)
-        optimizer.step()
-        return None
-
-    def _nonfinite(self, optimizer: Any, judged: List[Pair], norm: Optional[paddle.Tensor],
-                   norm_is_global: bool = False) -> Tuple[bool, Optional[paddle.Tensor]]:
-        """(whether any rank's gradient is inf/nan, the norm it was judged by): one fused norm
-        per gradient the step applies (``judged``), the flag agreed over the ranks (one
-        collective when distributed, also by a rank without gradients; none where the norm is
-        already the same on every rank: ``norm_is_global``, see
-        :class:`~paddle_amp_ext.distributed.Layout`) and one host read; ``norm``, a clip's norm
-        of the same gradients, is reused."""
-        if norm is None:
-            norm = global_norm(grads_of(judged))
-        found = paddle.to_tensor([False]) if norm is None else paddle.logical_not(paddle.isfinite(norm))
-        return host_bool(found if norm_is_global else self._agree(found, optimizer)), norm
-
-    def _close_step(self, optimizer: Any, skipped: bool) -> None:
-        lrhold.note_step(optimizer, skipped)
-        self._found_since_update = self._found_since_update or skipped
-        self._last_skipped = self._found_since_update
-        self._stepped_since_update = True
-        _compat.set_found_flags(self, skipped=skipped)
-
-    def minimize(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        """``optimizer.minimize(*args, **kwargs)`` unless inf/nan was found, then ``update()``.
-
-        The same step as :meth:`step` (one code path): the skip decision, the learning rate,
-        the norm (with ``record_grad_norm``, or while loss scaling is off), the StepResult
-        (:attr:`last_result`) and the StepEvent to the hooks. A skipped step returns
-        ``(None, None)``. Costs what ``step()`` costs: one device-to-host read of found_inf.
-        In a static program this is Paddle's ``minimize`` (which needs an optimizer from
-        ``paddle.static.amp.decorate``). One host sync (the skip decision), as ``step()``.
-
-        Args:
-            optimizer: the optimizer.
-            *args: passed on to ``optimizer.minimize`` (the scaled loss first, as in Paddle).
-            **kwargs: passed on to ``optimizer.minimize``.
-
-        Returns:
-            What ``optimizer.minimize`` returns, or ``(None, None)`` on a skipped step.
-
-        Raises:
-            RuntimeError: a second step for this optimizer before ``update()``.
-        """
-        if self._static:
-            return super().minimize(optimizer, *args, **kwargs)
-        _check_optimizer(optimizer, "minimize")
-        result, out = self._step(optimizer, None, None, (args, kwargs))
-        self.update()
-        return (None, None) if result.skipped else out
-
-    def update(self) -> None:
-        """Close the iteration: update the scale, count skips, tell the hooks.
-
-        No device-to-host sync (the skip was read in ``step()``); hooks such as ``VisualDLHook``
-        read their device values only when they flush.
-
-        Raises:
-            AmpOverflowError: ``on_collapse="raise"`` and ``max_consecutive_skips`` skipped
-                iterations in a row.
-        """
-        if self._static:
-            return super().update()
-        if not self._stepped_since_update:
-            logger.debug("update() without step(): nothing to do")
-            return
-        found = self._found_since_update
-        result = self._last_result or StepResult(False, 1.0)  # set by every step()/minimize()
-        before = after = self._policy.scale
-        after = self._policy.update(found, adjust=self.is_enable())  # off: counts only
-        if after != before:
-            _compat.set_scaler_scale(self, after)
-        _compat.reset_optimizer_stages(self)
-        self._plain_stepped.clear()
-        event = StepEvent(self._policy.steps - 1, self._loss_sum, result, self._last_lr,
-                          after if self.is_enable() else 1.0)
-        self._found_since_update = self._stepped_since_update = False
-        self._loss_sum = None
-        if found:
-            self._report_overflow(event, before, after)
-        for hook in self._hooks:
-            if hasattr(hook, "on_step"):
-                hook.on_step(event)
-            else:
-                hook(event)
-
-    def _report_overflow(self, event: StepEvent, before: float, after: float) -> None:
-        if self.is_enable():
-            logger.info("Found inf/nan in gradients at step %d: optimizer step skipped; loss scale "
-                        "%g -> %g", event.step, before, after)
-        else:
-            logger.warning("Found inf/nan in gradients at step %d: optimizer step skipped (loss scaling is "
-                           "off; the weights keep their last finite values).", event.step)
-        for hook in self._hooks:
-            call_optional(hook, "on_overflow", event)
-        if self._policy.at_minimum:
-            warn_once(f"scaler:min:{id(self)}", "Loss scale reached its minimum %g and gradients "
-                      "are still inf/nan.", self._policy.min_scale)
-        limit = self._max_consecutive_skips
-        if limit is not None and self._policy.consecutive_skips >= limit:
-            scale_note = f"loss scale now {after:g}" if self.is_enable() else "loss scaling off"
-            message = (
-                f"{self._policy.consecutive_skips} consecutive steps had inf/nan gradients "
-                f"({scale_note}): the model produces inf/nan whatever the scale. "
-                "Run paddle_amp_ext.find_overflow(model, ...) (or `python -m "
-                "paddle_amp_ext.doctor`) to find the layer, then black-list its op, keep it in "
-                "float32, or switch to bfloat16."
-            )
-            if self._on_collapse == "raise":
-                raise AmpOverflowError(message)
-            if self._policy.consecutive_skips == limit:
-                logger.warning(message)
-
-    # ------------------------------------------------------------------ hooks and state
-    def add_hook(self, hook: Any) -> Any:
-        """Register ``hook``, told after every ``update()``.
-
-        Args:
-            hook: an object with ``on_step(event)`` (optional ``on_overflow(event)``, ``close()``),
-                or a callable taking the :class:`StepEvent`.
-
-        Returns:
-            ``hook``.
-
-        Raises:
-            TypeError: ``hook`` has no ``on_step`` and is not callable.
-        """
-        if not (hasattr(hook, "on_step") or callable(hook)):
-            raise TypeError(f"A hook needs an on_step(event) method or must be callable. Received: {hook!r}")
-        self._hooks.append(hook)
-        return hook
-
-    def remove_hook(self, hook: Any) -> None:
-        """Unregister ``hook`` (it is not closed).
-
-        Args:
-            hook: a hook given to :meth:`add_hook` or ``hooks=``.
-
-        Raises:
-            ValueError: ``hook`` is not registered.
-        """
-        self._hooks.remove(hook)
-
-    def step_scheduler(self, lr_scheduler: Any) -> bool:
-        """Step ``lr_scheduler`` only if the optimizer really stepped (no host sync).
-
-        Args:
-            lr_scheduler: a ``paddle.optimizer.lr.LRScheduler`` (anything with ``step()``).
-
-        Returns:
-            Whether it was stepped.
-        """
-        if self._last_skipped:
-            return False
-        lr_scheduler.step()
-        return True
-
     @property
     def loss_scale(self) -> float:
         """The scale the next ``scale()`` applies (host float, no sync).
@@ -679,10 +288,6 @@ class GradScaler(PaddleGradScaler):
     def last_result(self) -> Optional[StepResult]:
         """The StepResult of the most recent ``step()``/``minimize()`` (None before the first)."""
         return self._last_result
-
-    @property
-    def hooks(self) -> tuple:
-        return tuple(self._hooks)
 
     def set_init_loss_scaling(self, new_init_loss_scaling: float) -> None:
         """Set the loss scale now, as Paddle's method does, within the scaler's bounds.

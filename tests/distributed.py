@@ -19,12 +19,13 @@ _NOT_CONNECTED = "Connection refused"
 
 
 def launch(script: Path, *args: str, log_dir: Path, nproc: int = 2, timeout: int = 120,
-           attempts: int = 3) -> subprocess.CompletedProcess:
-    """Run ``script`` under ``paddle.distributed.launch``; a launch whose ranks never connected
-    (gloo's "Connection refused" in the logs) is tried again, up to ``attempts`` times in all."""
+           attempts: int = 3, python: str = sys.executable) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``paddle.distributed.launch`` of ``python`` (default: this one; a
+    toolkit's venv for its Trainer); a launch whose ranks never connected (gloo's "Connection
+    refused" in the logs) is tried again, up to ``attempts`` times in all."""
     for attempt in range(1, attempts + 1):
         try:
-            return _launch_once(script, *args, log_dir=log_dir, nproc=nproc, timeout=timeout)
+            return _launch_once(script, *args, log_dir=log_dir, nproc=nproc, timeout=timeout, python=python)
         except AssertionError as exc:
             if attempt == attempts or _NOT_CONNECTED not in str(exc):
                 raise
@@ -34,12 +35,13 @@ def launch(script: Path, *args: str, log_dir: Path, nproc: int = 2, timeout: int
     raise AssertionError("unreachable")
 
 
-def _launch_once(script: Path, *args: str, log_dir: Path, nproc: int, timeout: int) -> subprocess.CompletedProcess:
+def _launch_once(script: Path, *args: str, log_dir: Path, nproc: int, timeout: int,
+                 python: str = sys.executable) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}  # launch fails if set
     # Paddle 2.6.2's DistributedStrategy needs the pure-python protobuf with protobuf >= 5
     # (dist_scripts/fleet_common.py gives its descriptors back the removed `label`).
     env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+    cmd = [python, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
            "--log_dir", str(log_dir), str(script), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)

@@ -8,6 +8,19 @@ import numpy as np
 import paddle
 import pytest
 
+#: A script's routed training steps: two steps of ``paddle.amp.GradScaler`` on a small model (after ``import paddle``).
+SCALER_STEPS = """
+model = paddle.nn.Linear(4, 4)
+opt = paddle.optimizer.SGD(parameters=model.parameters())
+scaler = paddle.amp.GradScaler(init_loss_scaling=8)
+for _ in range(2):
+    loss = model(paddle.rand([2, 4])).mean()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.clear_grad()
+"""
+
 
 def make_mlp(seed: int = 0, width: int = 16, depth: int = 2, inputs: int = 8, outputs: int = 1):
     paddle.seed(seed)
@@ -55,13 +68,20 @@ def require_native_kernel() -> None:
         pytest.skip(str(current))
 
 
+def kernel_name() -> str:
+    """The native kernel's cached file name for this machine's C compiler."""
+    from paddle_amp_ext._native import build
+
+    return build.library_name(build.compiler_identity(build.compiler()))
+
+
 def no_compiler(monkeypatch, tmp_path) -> None:
     """No C compiler for the native kernel's build: an empty PATH, no CC, none from sysconfig."""
-    from paddle_amp_ext._native import build
+    from paddle_amp_ext._native import build, cache
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setattr(build.sysconfig, "get_config_var", lambda name: None)
+    monkeypatch.setattr(cache.sysconfig, "get_config_var", lambda name: None)
     assert build.compiler() is None
 
 

@@ -59,18 +59,20 @@ def test_every_api_entry_names_something_that_exists():
 
 def test_every_public_submodule_has_its_page():
     text = _api_text()
-    for module in ("paddle_amp_ext.distributed", "paddle_amp_ext.integrations.paddlenlp",
+    for module in ("paddle_amp_ext.distributed", "paddle_amp_ext.run", "paddle_amp_ext.integrations.paddlenlp",
                    "paddle_amp_ext.integrations.paddleformers", "paddle_amp_ext.integrations.hapi",
                    "paddle_amp_ext.visualdl", "paddle_amp_ext.rehearsal", "paddle_amp_ext.debugging",
-                   "paddle_amp_ext.verify"):
+                   "paddle_amp_ext.verify", "paddle_amp_ext.fp8"):
         assert f"::: {module}" in text, module
     import paddle_amp_ext.distributed as distributed
+    import paddle_amp_ext.fp8 as fp8
     import paddle_amp_ext.rehearsal as rehearsal
+    import paddle_amp_ext.run as run
     import paddle_amp_ext.verify as verify
     import paddle_amp_ext.visualdl as visualdl
 
     documented = _documented()
-    for sub in (distributed, rehearsal, verify, visualdl):
+    for sub in (distributed, fp8, rehearsal, run, verify, visualdl):
         assert [n for n in sub.__all__ if n not in documented] == [], sub.__name__
 
 

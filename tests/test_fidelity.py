@@ -13,6 +13,7 @@ from helpers import make_data, make_mlp, params_of
 
 import paddle_amp_ext as amp
 from paddle_amp_ext import _compat
+from paddle_amp_ext.backends import Accelerator
 from paddle_amp_ext.gate import decide_by_support
 
 P3 = _compat.PADDLE_VERSION >= (3, 0, 0)
@@ -364,8 +365,11 @@ def test_a_rocm_build_asks_paddles_own_rule(monkeypatch):
     from paddle_amp_ext import device
 
     monkeypatch.setattr(paddle, "is_compiled_with_rocm", lambda: True)
-    monkeypatch.setattr(device._compat, "gpu_amp_support", lambda: (True, False))
+    monkeypatch.setattr(device, "probe_accelerator", lambda kind=None: Accelerator("rocm", name="MI250X",
+                                                                                   compute_capability=(9, 0)))
     device.current_decision.cache_clear()
     decision = device.current_decision("auto")
-    assert decision.dtype == "float16" and "rule for ROCm builds" in decision.reason
+    expected = ("bfloat16", "allows float16 and bfloat16 AMP on every ROCm build") if device._compat.PADDLE_VERSION[0] >= 3 \
+        else ("float16", "bfloat16 needs CUDA 11, which a ROCm build does not have")
+    assert decision.dtype == expected[0] and "ROCm GPU 0 (MI250X)" in decision.reason and expected[1] in decision.reason
     device.current_decision.cache_clear()

@@ -70,7 +70,7 @@ def test_exit_codes_mean_one_thing_each(tmp_path):
     code, _, err = doctor(tmp_path / "missing.py")
     assert code == 2 and "No such script" in err
     code, _, err = doctor(tmp_path)
-    assert code == 2 and "it is a directory" in err
+    assert code == 2 and "is a folder without a __main__.py: nothing to run" in err
     for bad in ("0", "-5", "inf", "x"):
         code, _, err = doctor("--loss-scale", bad, write_script(tmp_path))
         assert code == 2 and "--loss-scale" in err

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from helpers import bf16, fp16, no_compiler, require_native_kernel
+from helpers import bf16, fp16, kernel_name, no_compiler, require_native_kernel
 
 import paddle_amp_ext as amp
 from paddle_amp_ext._compat import kernels
@@ -45,13 +45,13 @@ def test_a_damaged_cached_library_is_built_again(rebuild, monkeypatch, tmp_path)
     folder.mkdir()
     monkeypatch.setenv(build.ENV_CACHE, str(folder))
     build.reset()
-    path = str(folder / build.library_name())
+    path = str(folder / kernel_name())
     with open(path, "wb") as handle:  # (never over a loaded library: its mapping would break)
         handle.write(b"\x7fELF cut short by a full disk")
     current = build.status()
     assert current.available, current
     assert current.detail == (f"{path} (built again: {path} was not loaded: it has no record of its build "
-                              f"({build.library_name()[:-3]}.json))")
+                              f"({kernel_name()[:-3]}.json))")
     assert os.path.getsize(path) > 1000
 
 
@@ -77,14 +77,15 @@ def test_a_library_built_before_loads_without_a_compiler(rebuild, monkeypatch, t
 
 def test_a_damaged_library_without_a_compiler_says_both(rebuild, monkeypatch, tmp_path):
     rebuild.mkdir()
-    (rebuild / build.library_name()).write_bytes(b"not a library")
+    name = build.library_prefix() + "0" * 12 + ".so"  # without a compiler, any of this build's names
+    (rebuild / name).write_bytes(b"not a library")
     if build.platform.machine().lower() not in build._X86:
         pytest.skip("no F16C kernel is built on this CPU")
     no_compiler(monkeypatch, tmp_path)
     current = build.status()
     assert not current.available
-    assert current.detail == (f"{rebuild / build.library_name()} was not loaded: it has no record of its build "
-                              f"({build.library_name()[:-3]}.json), and no C compiler found (set CC, or install gcc)")
+    assert current.detail == (f"{rebuild / name} was not loaded: it has no record of its build "
+                              f"({name[:-3]}.json), and no C compiler found (set CC, or install gcc)")
 
 
 def test_a_full_cache_disk_builds_in_a_temporary_folder(rebuild, monkeypatch, tmp_path):
@@ -298,7 +299,7 @@ def test_a_cached_library_without_the_kernels_is_not_used(rebuild, monkeypatch, 
     require_native_kernel()
     folder = tmp_path / "other"
     folder.mkdir()
-    source, target = tmp_path / "other.c", folder / build.library_name()
+    source, target = tmp_path / "other.c", folder / kernel_name()
     source.write_text("int pae_something_else(void) { return 0; }\n")
     subprocess.run([*build.compiler(), "-shared", "-fPIC", "-o", str(target), str(source)], check=True, timeout=120)
     monkeypatch.setenv(build.ENV_CACHE, str(folder))

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import no_compiler, require_native_kernel
+from helpers import kernel_name, no_compiler, require_native_kernel
 
 from paddle_amp_ext._native import build, trust
 
@@ -63,7 +63,7 @@ def plant(tmp_path, folder, with_record=True):
     marker = tmp_path / "marker"
     library = compile_library(tmp_path, "planted", build.SOURCE, PLANT, marker=marker)
     folder.mkdir(exist_ok=True)
-    target = folder / build.library_name()
+    target = folder / kernel_name()
     shutil.copyfile(library, tmp_path / "copy.so")
     os.replace(tmp_path / "copy.so", target)  # a new file: never write into a library this process mapped
     if with_record:
@@ -126,14 +126,14 @@ def test_a_folder_inside_one_others_can_write_is_refused_unless_sticky(rebuild, 
                                      "writable by everyone (mode 777): ")
     monkeypatch.setenv(build.ENV_CACHE, str(sticky_parent / "cache"))  # as in /tmp
     build.reset()
-    assert build.status().detail == str(sticky_parent / "cache" / build.library_name())
+    assert build.status().detail == str(sticky_parent / "cache" / kernel_name())
 
 
 @pytest.mark.parametrize("how", ["no record", "another library's record", "a symbolic link"])
 def test_a_library_planted_in_the_users_own_folder_is_built_again_unloaded(rebuild, tmp_path, how):
     real = build.status().detail
     build.reset()
-    record = rebuild / (build.library_name()[:-3] + ".json")
+    record = rebuild / (kernel_name()[:-3] + ".json")
     genuine = record.read_text()
     target, marker = plant(tmp_path, rebuild, with_record=how != "no record")
     if how == "no record":
@@ -202,7 +202,7 @@ def test_a_recorded_library_missing_a_function_is_built_again(rebuild, tmp_path)
     rounding function: its constructor runs, then it is replaced."""
     old = compile_library(tmp_path, "old", "int pae_fp16_supported(void) { return 1; }\n")
     rebuild.mkdir()
-    target = rebuild / build.library_name()
+    target = rebuild / kernel_name()
     os.replace(old, target)
     own_record(target)
     current = build.status()
@@ -237,10 +237,10 @@ def test_a_recorded_file_that_does_not_load_or_was_built_otherwise_is_built_agai
 
 def test_when_building_again_fails_paddle_kernels_round_and_check_says_why(rebuild, monkeypatch):
     rebuild.mkdir()
-    path = rebuild / build.library_name()
+    path = rebuild / build.library_name(build.compiler_identity(["false"]))
     path.write_bytes(b"\x7fELF cut short")
     env = {**os.environ, build.ENV_CACHE: str(rebuild), "CC": "false"}
-    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.check", "--json"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.check", "--json", "--build-kernel"], capture_output=True,
                           text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     reason = (f"{path} was not loaded: it has no record of its build ({path.stem}.json); "

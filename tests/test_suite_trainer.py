@@ -38,7 +38,7 @@ def test_a_suite_trainer_runs_unmodified_through_run_with_and_without_emulation(
 
     routed, summary = _train(tmp_path, "routed")
     assert routed["scaler"] == "paddle_amp_ext.scaler.GradScaler"
-    assert routed["auto_cast"] == "paddle_amp_ext.integrations.routing", "the partial bound when built is ours"
+    assert routed["auto_cast"] == "paddle_amp_ext.run.routing", "the partial bound when built is ours"
     assert routed["weights_finite"] and routed["param_dtypes"] == ["paddle.float32"], "O2 on a CPU: float32"
     assert routed["losses"][:2] == bare["losses"][:2], "the same run as Paddle's up to the NaN batch"
     (scaler,) = summary["scalers"]

@@ -33,7 +33,13 @@ from __future__ import annotations
 
 from .autoparallel import is_dist, local_value, replicated
 from .layers import gpu_linear_is_fused, o2_low_precision_layers
-from .opdefs import CUDA_ONLY_FLUID_OPS, built_op_names, defined_op_names, registered_op_names
+from .opdefs import (
+    CUDA_ONLY_FLUID_OPS,
+    op_of_api,
+    ops_in_default_amp_lists,
+    ops_paddle_defines,
+    ops_this_build_registers,
+)
 from .optimizer import (
     applying_method,
     assign_grad,
@@ -63,12 +69,12 @@ from .tracer import (
     amp_state_dtype,
     autocast_enabled,
     default_op_lists,
-    gpu_amp_support,
     in_static_mode,
     is_static_value,
     master_grad_hook_due,
     paddle_auto_cast,
     paddle_decorate,
+    place_device,
     place_kind,
     runs_eagerly,
     set_amp_state_dtype,
@@ -76,6 +82,7 @@ from .tracer import (
     tracer_amp_level,
     tracer_op_lists,
     watch_for_sot,
+    xpu_generation,
 )
 
 __all__ = [
@@ -86,11 +93,8 @@ __all__ = [
     "assign_grad",
     "bound_scheduler",
     "autocast_enabled",
-    "built_op_names",
     "default_op_lists",
-    "defined_op_names",
     "first_parameter",
-    "gpu_amp_support",
     "gpu_linear_is_fused",
     "grad_of",
     "hapi_scaler",
@@ -103,14 +107,18 @@ __all__ = [
     "master_grad_hook_due",
     "multiply_inplace",
     "o2_low_precision_layers",
+    "op_of_api",
+    "ops_in_default_amp_lists",
+    "ops_paddle_defines",
+    "ops_this_build_registers",
     "optimizer_parameters",
     "optimizer_wrapper_classes",
     "optimizer_stage",
     "paddle_auto_cast",
     "paddle_decorate",
     "paddle_scaler_view",
+    "place_device",
     "place_kind",
-    "registered_op_names",
     "replicated",
     "runs_eagerly",
     "reset_optimizer_stages",
@@ -123,6 +131,7 @@ __all__ = [
     "static_amp_supported",
     "tracer_amp_level",
     "tracer_op_lists",
+    "xpu_generation",
     "watch_for_sot",
     "unscale",
 ]

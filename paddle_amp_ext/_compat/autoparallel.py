@@ -67,6 +67,16 @@ processes on a CPU, gloo, eager mode):
   element-wise ``paddle.where`` of two ``Shard(1)`` DistTensors all-gathers and splits again (a
   collective); a rank that enters it alone pairs its messages with the other rank's next
   collective (gloo: ``op.preamble.length <= op.nbytes``, or a timeout).
+- ``dist.enable_auto_dp()`` (3.x; 2.6.2 has none, read in its sources: no ``auto_dp_utils``):
+  auto-dp mode, which PaddleFormers' ``Trainer(enable_auto_parallel=True)`` always turns on.
+  ``paddle.distributed.auto_parallel.auto_dp_utils.in_auto_dp_mode()`` says whether it is on
+  (False in one process). Each rank then feeds its own batch, and each rank's gradient is its
+  own unreduced addend while its placement claims ``Replicate`` (a dense gradient is one too):
+  ``Optimizer._apply_optimize`` relabels it ``Partial`` (``_convert_fake_replicate_grad_to_partial``,
+  placement 0, or a ``Partial`` DistTensor on a world mesh for a dense one) before the clip and
+  the update, whose SPMD rules reduce it. A flag or norm computed from such a gradient before
+  the step is this rank's own, whatever its label says (checked on 3.3.1, 2 processes: an inf
+  only in rank 1's addend left rank 0's flag False).
 - ``dist.shard_scaler`` (3.x only) replaces the scaler's ``_unscale`` by a bound function of
   ``paddle.distributed.auto_parallel.api`` whose found_inf is reduced over the meshes (Paddle's
   reshards): a found_inf it stores is already agreed.
@@ -88,6 +98,13 @@ _SHARD_SCALER_MODULE = "paddle.distributed.auto_parallel"
 def is_dist(value: Any) -> bool:
     """Whether ``value`` is an auto-parallel DistTensor (False for dense tensors and non-tensors)."""
     return isinstance(value, paddle.Tensor) and bool(value.is_dist())
+
+
+def auto_dp_enabled() -> bool:
+    """Whether ``dist.enable_auto_dp()`` is on with more than one process (False on 2.6.2, which
+    has no auto-dp). A module attribute read: no collective, no sync."""
+    utils = getattr(paddle.distributed.auto_parallel, "auto_dp_utils", None)
+    return utils is not None and bool(utils.in_auto_dp_mode())
 
 
 def is_partial(tensor: paddle.Tensor) -> bool:

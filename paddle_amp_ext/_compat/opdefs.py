@@ -5,7 +5,11 @@ kernels exist only for GPUs or XPUs (``sync_batch_norm``, ``fused_gemm_epilogue`
 ``fused_attention``, ...), yet configs written for GPUs list them (PaddleSeg 2.8.0 hard-codes
 ``custom_white_list={"elementwise_add", "batch_norm", "sync_batch_norm"}``). Custom op lists are
 therefore validated against what Paddle *defines*, read from what every wheel ships whatever its
-backend. Relies on (checked against paddlepaddle 2.6.2 and 3.3.1, CPU builds):
+backend (checked against paddlepaddle 2.6.2 and 3.3.1, CPU builds).
+
+Three sets, each named for what it holds: :func:`ops_this_build_registers`,
+:func:`ops_in_default_amp_lists`, :func:`ops_paddle_defines` (the union of the two and more).
+Relies on:
 
 - ``paddle.base.core.get_all_op_names()`` and ``core._get_registered_phi_kernels('all')``: the
   ops and kernels registered in this build (what can run here); Paddle's default AMP lists
@@ -22,6 +26,9 @@ backend. Relies on (checked against paddlepaddle 2.6.2 and 3.3.1, CPU builds):
   (``USE_CUDA_ONLY_OP`` in ``paddle/fluid/operators/fused/CMakeLists.txt``, from reading
   Paddle's code), so that a CPU wheel carries no trace of them (2.6.2: ``fused_multi_transformer``,
   ``resnet_unit``, ``fusion_group``). Used only to accept these names; never to claim a kernel.
+- :data:`FUSED_API_OPS`: the op each fused API of ``paddle.incubate.nn.functional`` whose name
+  is no op runs (``fused_layer_norm`` runs ``fused_bias_residual_layernorm``), from their code;
+  used only to say so when a list names the API.
 
 Not used: neither wheel ships Paddle's op YAML; ``core.get_all_op_protos()`` (``OpProtoHolder``)
 and ``core._get_all_register_op_kernels()`` hold this build's ops only; ``core.op_support_gpu``
@@ -54,7 +61,7 @@ CUDA_ONLY_FLUID_OPS: frozenset[str] = frozenset({
 
 
 @functools.cache
-def built_op_names() -> frozenset[str]:
+def ops_this_build_registers() -> frozenset[str]:
     """The op types this build of Paddle registers (its op definitions and phi kernels).
 
     Returns:
@@ -71,13 +78,10 @@ def built_op_names() -> frozenset[str]:
 
 
 @functools.cache
-def registered_op_names() -> frozenset[str]:
-    """:func:`built_op_names` plus the names in Paddle's default AMP lists.
-
-    Returns:
-        Every op type the installed Paddle registers or lists by default.
-    """
-    names = set(built_op_names())
+def ops_in_default_amp_lists() -> frozenset[str]:
+    """The op types Paddle's default AMP white and black lists name (float16 and bfloat16, O1 and
+    O2), GPU-only ones included (``fused_gemm_epilogue``)."""
+    names: set[str] = set()
     for dtype in ("float16", "bfloat16"):
         for level in ("O1", "O2"):
             white, black = default_op_lists(dtype, level)
@@ -115,18 +119,39 @@ def _op_compat_names() -> set[str]:
 
 
 @functools.cache
-def defined_op_names() -> frozenset[str]:
+def ops_paddle_defines() -> frozenset[str]:
     """Every op type Paddle defines for any backend (GPU-only, XPU-only and fused ops included).
 
     Returns:
-        :func:`registered_op_names` plus the ops of Paddle's op definitions that this build has
-        no kernel for.
+        :func:`ops_this_build_registers` and :func:`ops_in_default_amp_lists`, plus the ops of
+        Paddle's op definitions that this build has no kernel for.
     """
     import paddle
 
-    names = set(registered_op_names())
+    names = set(ops_this_build_registers()) | ops_in_default_amp_lists()
     names.update(_op_compat_names())
     names.update(_eager_api_names(getattr(paddle, "_C_ops", None)))
     names.update(_eager_api_names(getattr(paddle, "_legacy_C_ops", None)))
     names.update(CUDA_ONLY_FLUID_OPS)
     return frozenset(names)
+
+
+#: ``paddle.incubate.nn.functional`` APIs whose name is no op type -> the op each runs, first the
+#: one of the newest version (from reading their code on 2.6.2 and 3.3.1; tests read it again).
+FUSED_API_OPS: dict[str, tuple[str, ...]] = {
+    "fused_layer_norm": ("fused_bias_residual_layernorm",),
+    "fused_rms_norm": ("fused_rms_norm_quant", "rms_norm"),  # 3.3.1, 2.6.2
+    "fused_linear": ("fused_gemm_epilogue",),
+    "fused_matmul_bias": ("fused_gemm_epilogue",),
+    "fused_linear_activation": ("fused_gemm_epilogue",),
+    "fused_multi_head_attention": ("fused_attention",),
+    "fused_ec_moe": ("moe",),  # 2.6.2
+    "cudnn_flash_attention": ("fused_dot_product_attention",),  # 3.3.1
+}
+
+
+def op_of_api(name: str) -> str | None:
+    """The op type a ``paddle.incubate.nn.functional`` API named ``name`` runs on this version, or
+    None (not such an API, or its op is not defined here)."""
+    defined = ops_paddle_defines()
+    return next((op for op in FUSED_API_OPS.get(name, ()) if op in defined), None)

@@ -12,13 +12,19 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   ``paddle.amp.decorate(..., master_grad=True)`` when ``FLAGS_enable_tensor_fusion`` is set (the
   hook is registered by ``auto_cast``); without that flag, and on 2.6.2, ``decorate``'s master
   gradient is a float32 ``param.grad`` instead (``core.eager.set_master_grads`` at the end of
-  backward), read by ``_grad_ivar()``. On a CPU ``decorate`` returns before any of it. 3.3.1's
-  ``Optimizer.step`` and fleet's ``distributed_scaler`` take ``main_grad`` where it is not None,
-  else the gradient (:func:`grad_of` follows the same rule), but ``Optimizer.step`` only for a
-  flat parameter list (with param groups it reads ``_grad_ivar()``) and ``main_grad`` only under
-  ``enable_tensor_fusion``; ``MixPrecisionOptimizer`` takes ``main_grad`` only; 2.6.2's
-  ``Optimizer.step`` never reads it. In dygraph ``Optimizer.minimize`` runs no backward and no
-  ``step``: it applies ``core.eager.get_all_grads`` (the ``_grad_ivar()`` of every parameter
+  backward), read by ``_grad_ivar()``. On a CPU ``decorate`` returns before any of it. Which
+  ``step`` reads it is a table by the class that defines ``step`` (:data:`_STEP_READS`): 3.3.1's
+  ``Optimizer.step`` (SGD, Momentum, Adagrad, Adadelta, Adamax, RMSProp, Lamb, NAdam, RAdam,
+  ASGD, Rprop) takes ``main_grad`` where it is not None, else the gradient (:func:`grad_of`),
+  but only for a flat parameter list (with param groups it reads ``_grad_ivar()``) and
+  ``main_grad`` only under ``enable_tensor_fusion``; 2.6.2's never reads it. ``Adam.step`` and
+  ``AdamW.step`` (their own, both versions) and ``LBFGS.step`` read ``_grad_ivar()``/``grad``
+  only; ``MixPrecisionOptimizer`` takes ``main_grad`` only; ``DygraphShardingOptimizer`` (V2
+  too) ``main_grad`` where set, both versions, whatever it wraps; ``HybridParallelOptimizer``,
+  ``HeterParallelOptimizer``, ``GroupShardedOptimizerStage2``, incubate's ``LookAhead`` and
+  ASP's ``OptimizerWithSparsityGuarantee`` call their inner optimizer's ``step``. Fleet's
+  ``distributed_scaler`` takes ``main_grad`` where set. In dygraph ``Optimizer.minimize`` runs no
+  backward and no ``step``: it applies ``core.eager.get_all_grads`` (the ``_grad_ivar()`` of every parameter
   that is not ``stop_gradient``, never ``main_grad``; both versions). Every ``step`` skips a
   ``stop_gradient=True`` parameter (``trainable=False`` sets it), whose gradient
   ``clear_grad()`` leaves in place; Paddle's ``GradScaler._unscale``
@@ -79,35 +85,78 @@ def grad_of(param: Tensor) -> Tensor | None:
 
 #: How an optimizer picks a parameter's gradient (:func:`main_grad_rule`).
 MAIN_GRAD_FIRST, MAIN_GRAD_ONLY, MAIN_GRAD_NEVER = "main_grad, else grad", "main_grad only", "grad only"
-_MIX_PRECISION_MODULE = "paddle.distributed.fleet.utils.mix_precision_utils"
+_BASE_STEP, _DELEGATES = "Optimizer.step", "delegates"
+_FLEET = "paddle.distributed.fleet."
+_DYGRAPH_OPT = _FLEET + "meta_optimizers.dygraph_optimizer."
+_SHARDING = _DYGRAPH_OPT + "dygraph_sharding_optimizer"
+_MIX_PRECISION_MODULE = _FLEET + "utils.mix_precision_utils"
+_HYBRID_MODULE = _DYGRAPH_OPT + "hybrid_parallel_optimizer"
+
+#: What the ``step`` each class defines reads (from reading Paddle's code, and checked on the CPU
+#: by tests/hostile/test_hostile_gradients.py with a NaN ``.grad`` beside a finite ``main_grad``
+#: and the reverse, on 2.6.2 and 3.3.1). Keyed by the class that defines ``step``: a subclass
+#: that does not override it reads what its base reads. A wrapper that delegates names the
+#: attribute holding the optimizer whose ``step`` it calls.
+_STEP_READS: dict = {
+    ("paddle.optimizer.optimizer", "Optimizer"): _BASE_STEP,        # see main_grad_rule
+    ("paddle.optimizer.adam", "Adam"): MAIN_GRAD_NEVER,             # _grad_ivar() only, both versions
+    ("paddle.optimizer.adamw", "AdamW"): MAIN_GRAD_NEVER,           # _grad_ivar() only, both versions
+    ("paddle.optimizer.lbfgs", "LBFGS"): MAIN_GRAD_NEVER,           # p.grad, after calling the closure
+    (_MIX_PRECISION_MODULE, "MixPrecisionOptimizer"): MAIN_GRAD_ONLY,
+    (_SHARDING, "DygraphShardingOptimizer"): MAIN_GRAD_FIRST,       # both versions, whatever it wraps
+    (_SHARDING, "DygraphShardingOptimizerV2"): MAIN_GRAD_FIRST,
+    (_HYBRID_MODULE, "HybridParallelOptimizer"): (_DELEGATES, "_inner_opt"),    # _step: _inner_opt.step()
+    (_DYGRAPH_OPT + "heter_parallel_optimizer", "HeterParallelOptimizer"): (_DELEGATES, "_inner_opt"),
+    (_FLEET + "meta_parallel.sharding.group_sharded_optimizer_stage2", "GroupShardedOptimizerStage2"):
+        (_DELEGATES, "_optim"),
+    ("paddle.incubate.optimizer.lookahead", "LookAhead"): (_DELEGATES, "inner_optimizer"),  # then slow weights
+    ("paddle.incubate.asp.asp", "OptimizerWithSparsityGuarantee"): (_DELEGATES, "_optimizer"),  # then masks
+    ("paddle.incubate.optimizer.lbfgs", "LBFGS"): MAIN_GRAD_NEVER,
+    ("paddle.incubate.optimizer.modelaverage", "ModelAverage"): MAIN_GRAD_NEVER,  # averages, applies none
+}
+
+
+def step_reads(cls: type) -> Any:
+    """What ``cls.step`` reads, from :data:`_STEP_READS` by the nearest class of ``cls``'s MRO that
+    defines ``step`` and is listed (a class of a script that overrides ``step`` is assumed to call
+    its base's); None when no listed class is found."""
+    for klass in getattr(cls, "__mro__", ()):
+        if "step" in vars(klass):
+            found = _STEP_READS.get((klass.__module__, klass.__qualname__))
+            if found is not None:
+                return found
+    return None
 
 
 def main_grad_rule(optimizer: Any, via: str = "step") -> str:
     """Which gradient ``optimizer.step()`` (``via="step"``) or ``optimizer.minimize()``
     (``via="minimize"``) applies: one of :data:`MAIN_GRAD_FIRST`, :data:`MAIN_GRAD_ONLY`,
-    :data:`MAIN_GRAD_NEVER` (see the module docstring for the versions).
+    :data:`MAIN_GRAD_NEVER`.
 
-    Fleet's wrappers are followed down (``_inner_opt``/``_optim``) to the first that decides:
-    ``MixPrecisionOptimizer`` (main_grad only), or a Paddle ``Optimizer``. An object that is
-    neither gets :data:`MAIN_GRAD_FIRST` (fleet's ``distributed_scaler``'s rule).
+    By the class whose ``step`` runs (:func:`step_reads`); a wrapper that delegates is followed
+    to the optimizer it calls. ``Optimizer.step`` itself: on 3.x ``main_grad`` where set for a
+    flat parameter list, ``main_grad`` only under ``enable_tensor_fusion``, ``grad`` only with
+    param groups; on 2.6 ``grad`` only. An object no listed class covers (a duck-typed
+    optimizer) is followed through ``_inner_opt``/``_optim``, else gets :data:`MAIN_GRAD_FIRST`
+    (fleet's ``distributed_scaler``'s rule).
     """
     if via == "minimize":
         return MAIN_GRAD_NEVER
-    mix = getattr(sys.modules.get(_MIX_PRECISION_MODULE), "MixPrecisionOptimizer", None)
     opt, seen = optimizer, set()
     while opt is not None and id(opt) not in seen:
         seen.add(id(opt))
-        if mix is not None and isinstance(opt, mix):
-            return MAIN_GRAD_ONLY
-        if isinstance(opt, paddle.optimizer.Optimizer):
+        reads = step_reads(type(opt))
+        state = vars(opt) if hasattr(opt, "__dict__") else {}
+        if reads == _BASE_STEP:
             if PADDLE_VERSION < (3, 0, 0):
                 return MAIN_GRAD_NEVER
             groups = getattr(opt, "_param_groups", None)
             if groups and isinstance(groups[0], dict):
                 return MAIN_GRAD_NEVER
             return MAIN_GRAD_ONLY if getattr(opt, "enable_tensor_fusion", False) else MAIN_GRAD_FIRST
-        state = vars(opt) if hasattr(opt, "__dict__") else {}
-        opt = state.get("_inner_opt") or state.get("_optim")
+        if isinstance(reads, str):
+            return reads
+        opt = state.get(reads[1]) if reads is not None else (state.get("_inner_opt") or state.get("_optim"))
     return MAIN_GRAD_FIRST
 
 
@@ -121,8 +170,6 @@ def grad_ivar(param: Tensor) -> Tensor | None:
     return param._grad_ivar()
 
 
-_HYBRID_MODULE = "paddle.distributed.fleet.meta_optimizers.dygraph_optimizer.hybrid_parallel_optimizer"
-
 
 def applying_method(optimizer: Any) -> str:
     """The name of the method of ``optimizer`` that applies the update to reduced gradients.
@@ -135,8 +182,7 @@ def applying_method(optimizer: Any) -> str:
     return "_step" if hybrid is not None and isinstance(optimizer, hybrid) else "step"
 
 
-_WRAPPERS = ((_HYBRID_MODULE, "HybridParallelOptimizer"),
-             ("paddle.distributed.fleet.utils.mix_precision_utils", "MixPrecisionOptimizer"))
+_WRAPPERS = ((_HYBRID_MODULE, "HybridParallelOptimizer"), (_MIX_PRECISION_MODULE, "MixPrecisionOptimizer"))
 
 
 def optimizer_wrapper_classes() -> list:

@@ -15,7 +15,7 @@ Relies on (checked against paddlepaddle 2.6.2 and 3.3.1):
   definitions are read in :mod:`.opdefs`).
 - the modules ``paddle.amp.auto_cast`` and ``paddle.amp.grad_scaler``: Paddle's own ``auto_cast``,
   ``decorate`` and ``GradScaler``, reached through their modules so that routing ``paddle.amp``
-  to this package (:mod:`paddle_amp_ext.integrations.routing`) never makes them call themselves.
+  to this package (:mod:`paddle_amp_ext.run.routing`) never makes them call themselves.
 - ``to_static``'s SOT translator, two ways: while it simulates Python code to build a graph,
   it replaces a call of ``paddle.jit.sot.psdb.in_sot`` (False when really called) by True; while
   a converted function runs for real, its frame evaluation callback is installed
@@ -139,15 +139,6 @@ def is_static_value(value: Any) -> bool:
     return not isinstance(value, paddle.Tensor) and isinstance(value, _static_kinds())
 
 
-def gpu_amp_support() -> tuple[bool, bool]:
-    """Paddle's own (float16, bfloat16) AMP rule for the current GPU (``amp_guard`` applies it).
-
-    3.x allows both on every ROCm build; 2.6 reads the compute capability only.
-    """
-    module = _auto_cast_module()
-    return bool(module._is_gpu_float16_supported()), bool(module._is_gpu_bfloat16_supported())
-
-
 # --------------------------------------------------------------------------- tracer and place
 def place_kind() -> str:
     """Where eager ops run now: ``'gpu'``, ``'xpu'``, ``'custom'`` or ``'cpu'`` (also in static mode)."""
@@ -160,6 +151,26 @@ def place_kind() -> str:
     if place.is_custom_place():
         return "custom"
     return "cpu"
+
+
+def place_device() -> tuple[int, str]:
+    """The expected place's device id and, on a custom place, its device type (``""`` otherwise),
+    read as ``auto_cast.py`` reads them (``_current_expected_place().get_device_id()``,
+    ``.get_device_type()``; 2.6.2 and 3.3.1)."""
+    place = paddle.framework._current_expected_place()
+    if place.is_custom_place():
+        return int(place.get_device_id()), str(place.get_device_type())
+    if place.is_xpu_place() or place.is_gpu_place():
+        return int(place.get_device_id()), ""
+    return 0, ""
+
+
+def xpu_generation(device_id: int) -> int:
+    """The Kunlun generation (1, 2, 3) of XPU ``device_id``: ``core.get_xpu_device_version`` as an
+    ``XPUVersion``, which 3.3.1's ``_is_xpu_float16_supported`` compares (XPU builds only)."""
+    from paddle.base import core
+
+    return int(core.get_xpu_device_version(device_id))
 
 
 def tracer_op_lists() -> tuple[frozenset[str], frozenset[str]]:

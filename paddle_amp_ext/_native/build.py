@@ -11,8 +11,9 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
 
 - ``PADDLE_AMP_EXT_NATIVE=0`` (or ``false``/``off``/``no``) turns it off;
 - a CPU other than x86 with F16C (e.g. aarch64), or no C compiler (``CC``, then Python's
-  compiler, then ``cc``) and no library built before (a cache folder may hold one built on
-  another machine of the same kind: ``docker/Dockerfile.cpu`` builds it, then drops gcc);
+  compiler, then ``cc``) and no library built before (a system folder, :func:`system_dirs`, may
+  hold one built as root for every uid: ``docker/Dockerfile.cpu`` builds it there with
+  :func:`install_system_kernel`, then drops gcc);
 - no usable cache folder and no temporary folder (the kernel is built in
   ``$PADDLE_AMP_EXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/paddle_amp_ext`` or
   ``~/.cache/paddle_amp_ext``; failing that in a private temporary folder removed after
@@ -24,6 +25,12 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
 The bfloat16 kernel (integer round-to-nearest-even on the bit pattern, AVX2 where the CPU has it)
 is built and loaded with the float16 one, from the same file, under the same conditions. Both
 use AVX-512F where the CPU and the OS have it (:func:`vector_bits`).
+
+Cached libraries are named by what they were built from: the source, the flags, the machine, the
+Python ABI and the compiler (its resolved path and ``--version``), so two Python installs sharing
+one HOME keep one library each instead of building over each other's. Without a compiler, any
+library of this build (source, flags, machine, ABI) is taken. System folders are looked into
+first and never written.
 
 A cached library is loaded only after :mod:`.trust` has checked it: a folder and file nobody but
 this user could have written (a cache folder others can write is not even looked into: the
@@ -39,28 +46,33 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import json
 import logging
 import os
 import platform
-import shlex
 import shutil
 import subprocess
-import sys
-import sysconfig
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._log import warn_once
-from . import probes, trust
+from . import cache, probes, trust
+from .cache import (  # noqa: F401 - the cache's names, as callers and tests know them (build.X)
+    ENV_CACHE,
+    ENV_SYSTEM,
+    SOURCE,
+    build_description,
+    cache_dir,
+    compiler,
+    compiler_identity,
+    library_name,
+    library_prefix,
+    system_dirs,
+)
 
 logger = logging.getLogger(__name__)
 
 ENV_SWITCH = "PADDLE_AMP_EXT_NATIVE"
-ENV_CACHE = "PADDLE_AMP_EXT_CACHE_DIR"
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp16round.c")
 _OFF = ("0", "false", "off", "no")
 _ON = ("", "1", "true", "on", "yes")
 _X86 = ("x86_64", "amd64", "i386", "i686", "x86")
@@ -84,25 +96,6 @@ class BuildError(RuntimeError):
     """The kernel could not be built or loaded; the message says why."""
 
 
-def compiler() -> Optional[List[str]]:
-    """The C compiler command: ``$CC``, else Python's own compiler, else ``cc``; None if absent."""
-    for text in (os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "", "cc"):
-        words = shlex.split(text)
-        if words and shutil.which(words[0]):
-            return words
-    return None
-
-
-def cache_dir() -> str:
-    """Where built kernels are kept (see the module docstring)."""
-    explicit = os.environ.get(ENV_CACHE)
-    if explicit:
-        return explicit
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "paddle_amp_ext")
-
-
-_FLAGS = ("-O2", "-shared", "-fPIC")
 NO_COMPILER = "no C compiler found (set CC, or install gcc)"
 
 #: The library's functions: name -> (restype, argtypes). A library lacking one is not used;
@@ -130,30 +123,6 @@ _LOAD_FAILURES = (BuildError, trust.UntrustedError, OSError, AttributeError, Val
 _FAILURES = (*_LOAD_FAILURES, subprocess.SubprocessError)
 
 
-def build_description() -> Dict[str, str]:
-    """What a build depends on besides the compiler: the source's digest, the flags, the machine."""
-    with open(SOURCE, "rb") as handle:
-        source = hashlib.sha256(handle.read()).hexdigest()
-    return {"source_sha256": source, "flags": " ".join(_FLAGS), "machine": f"{sys.platform} {platform.machine()}"}
-
-
-def library_name() -> str:
-    """The cached file's name: changes with the source, the flags and the machine, not with the
-    compiler (a library built where there is one loads where there is none)."""
-    key = hashlib.sha256(json.dumps(build_description(), sort_keys=True).encode()).hexdigest()
-    return f"fp16round-{key[:16]}.so"
-
-
-def compiler_identity(cc: List[str]) -> str:
-    """The command and the first line of its ``--version`` (one subprocess), as recorded with a build."""
-    try:
-        proc = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
-        lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
-    except (OSError, subprocess.SubprocessError):
-        lines = []
-    return f"{' '.join(cc)}: {lines[0] if lines else 'no --version'}"
-
-
 def _compile(cc: List[str], target: str, identity: str) -> Kernel:
     """Compile to a temporary name in ``target``'s folder, load and probe that file, record its
     digest, then rename it to ``target``: concurrent builds (one per rank of a launch) never see
@@ -161,17 +130,23 @@ def _compile(cc: List[str], target: str, identity: str) -> Kernel:
     handle, partial = tempfile.mkstemp(prefix=".fp16round-", suffix=".so", dir=os.path.dirname(target))
     os.close(handle)
     try:
-        proc = subprocess.run([*cc, *_FLAGS, "-o", partial, SOURCE], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([*cc, *cache.FLAGS, "-o", partial, SOURCE], capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise BuildError(f"{' '.join(cc)} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         os.chmod(partial, 0o755)  # whatever the umask: writable by this user only
         kernel = _load(partial)
-        trust.write_record(partial, {**build_description(), "compiler": identity}, trust.record_path(target))
+        trust.write_record(partial, {**cache.build_description(), "compiler": identity}, trust.record_path(target))
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
     return kernel
+
+
+def _load_verified(path: str, identity: Optional[str]) -> Kernel:
+    """``path`` loaded once :mod:`.trust` accepts it and its record (see :func:`trust.verify`)."""
+    trust.verify(path, cache.build_description(), identity)
+    return _load(path)
 
 
 def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
@@ -185,19 +160,20 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
     folder = os.path.realpath(folder)
     if os.path.isdir(folder):
         trust.check_folder(folder)
-    target = os.path.join(folder, library_name())
-    identity = None if cc is None else compiler_identity(cc)
+    identity = None if cc is None else cache.compiler_identity(cc)
     stale = None
-    if os.path.lexists(target):
+    for target in cache.candidates(folder, identity):
+        if not os.path.lexists(target):
+            continue
         try:
-            trust.verify(target, build_description(), identity)
-            return _load(target), target
+            return _load_verified(target, identity), target
         except UnsupportedCPUError:
             raise
         except _LOAD_FAILURES as exc:  # cut short, damaged, foreign, built otherwise: build it again
-            stale = f"{target} was not loaded: {exc}"
+            stale = stale or f"{target} was not loaded: {exc}"
     if cc is None or identity is None:
         raise BuildError(f"{stale}, and {NO_COMPILER}" if stale else NO_COMPILER)
+    target = os.path.join(folder, cache.library_name(identity))
     os.makedirs(folder, mode=0o700, exist_ok=True)
     trust.check_folder(folder)  # made just now: its parents decide
     try:
@@ -207,6 +183,47 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
             raise
         raise BuildError(f"{stale}; building it again failed: {exc}") from None
     return kernel, target if stale is None else f"{target} (built again: {stale})"
+
+
+def _from_system() -> Optional[Tuple[Kernel, str]]:
+    """A library from :func:`system_dirs` that :mod:`.trust` accepts for any uid (root's or this
+    user's, in folders nobody else can write), or None; a refused one is only logged."""
+    for folder in cache.system_dirs():
+        folder = os.path.realpath(folder)
+        if not os.path.isdir(folder):
+            continue
+        try:
+            trust.check_folder(folder, allow_root=True)
+        except trust.UntrustedError as exc:
+            logger.debug("kernel folder %s is not used: %s", folder, exc)
+            continue
+        for path in cache.candidates(folder, None):
+            try:
+                trust.verify(path, cache.build_description(), None, allow_root=True)
+                return _load(path), path
+            except _LOAD_FAILURES as exc:
+                logger.debug("%s is not used: %s", path, exc)
+    return None
+
+
+def install_system_kernel(folder: Optional[str] = None) -> NativeStatus:
+    """Build the kernel into ``folder`` (default: the last of :func:`system_dirs`), readable by
+    every uid and writable by this user only; run by an image's build as root (docker/Dockerfile.cpu).
+
+    Returns:
+        Where it was built, or why it was not.
+    """
+    folder = os.path.realpath(folder or cache.system_dirs()[-1])
+    cc = cache.compiler()
+    if cc is None:
+        return NativeStatus(False, NO_COMPILER)
+    os.makedirs(folder, mode=0o755, exist_ok=True)
+    os.chmod(folder, 0o755)
+    try:
+        _, path = _build_in(cc, folder)
+    except _FAILURES as exc:
+        return NativeStatus(False, str(exc))
+    return NativeStatus(True, path)
 
 
 def _load(path: str) -> Kernel:
@@ -239,34 +256,77 @@ def _load(path: str) -> Kernel:
     return kernel
 
 
-def _build() -> Tuple[Optional[Kernel], str]:
+def _not_here() -> Optional[str]:
+    """Why no kernel is tried at all (turned off, not x86), or None."""
     switch = os.environ.get(ENV_SWITCH, "").strip().lower()
     if switch in _OFF:
-        return None, f"turned off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
+        return f"turned off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
     if switch not in _ON:
         logger.warning("%s=%r is not one of 0/1 (or true/false, on/off, yes/no); the native kernel stays on.",
                        ENV_SWITCH, os.environ[ENV_SWITCH])
     if platform.machine().lower() not in _X86:
-        return None, f"no F16C kernel for a {platform.machine()} CPU"
-    cc = compiler()
+        return f"no F16C kernel for a {platform.machine()} CPU"
+    return None
+
+
+NOT_BUILT = ("not built yet: it is built at the first fp16 rehearsal in this cache folder "
+             "(python -m paddle_amp_ext.check --build-kernel builds it now)")
+
+
+def cached_status() -> NativeStatus:
+    """What :func:`status` would load without building or writing anything: the kernel already
+    loaded in this process, a verified one in :func:`system_dirs` or the cache folder, or
+    :data:`NOT_BUILT` (``python -m paddle_amp_ext.check`` shows this)."""
+    if _result.cache_info().currsize:
+        return status()
+    reason = _not_here()
+    if reason is not None:
+        return NativeStatus(False, reason)
+    installed = _from_system()
+    if installed is not None:
+        return NativeStatus(True, installed[1])
+    folder = os.path.realpath(cache.cache_dir())
+    cc = cache.compiler()
     try:
-        return _build_in(cc, cache_dir())
+        trust.check_folder(folder)
+        identity = None if cc is None else cache.compiler_identity(cc)
+        for path in cache.candidates(folder, identity):
+            if os.path.lexists(path):
+                _load_verified(path, identity)
+                return NativeStatus(True, path)
+    except UnsupportedCPUError as exc:
+        return NativeStatus(False, str(exc))
+    except _LOAD_FAILURES as exc:
+        return NativeStatus(False, f"{NOT_BUILT}; {exc}")
+    return NativeStatus(False, NOT_BUILT if cc is not None else f"{NOT_BUILT}, but {NO_COMPILER}")
+
+
+def _build() -> Tuple[Optional[Kernel], str]:
+    reason = _not_here()
+    if reason is not None:
+        return None, reason
+    installed = _from_system()
+    if installed is not None:
+        return installed
+    cc = cache.compiler()
+    try:
+        return _build_in(cc, cache.cache_dir())
     except UnsupportedCPUError as exc:
         return None, str(exc)
     except trust.UntrustedError as exc:
         failure = where = f"{exc}: a library there could have been planted, so nothing in it is loaded"
-        warn_once(f"native-untrusted:{cache_dir()}", "fp16 rehearsal kernel cache: %s; %s. Set %s to a "
+        warn_once(f"native-untrusted:{cache.cache_dir()}", "fp16 rehearsal kernel cache: %s; %s. Set %s to a "
                   "folder only you can write.", failure, "building in a private temporary folder"
                   if cc is not None else "no C compiler to build elsewhere", ENV_CACHE)
         if cc is None:
             return None, f"{failure}, and {NO_COMPILER}"
     except _FAILURES as exc:
-        failure, where = str(exc), f"{cache_dir()}: {exc}"
+        failure, where = str(exc), f"{cache.cache_dir()}: {exc}"
         if cc is None:
             return None, failure
     # A folder not writable or not ours, a full disk: once more in a private temporary folder
     # (maybe another file system), removed after loading (the mapping stays).
-    logger.debug("building in %s failed (%s); building in a temporary folder", cache_dir(), failure)
+    logger.debug("building in %s failed (%s); building in a temporary folder", cache.cache_dir(), failure)
     folder = None
     try:
         folder = trust.private_folder()

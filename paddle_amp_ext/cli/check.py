@@ -1,8 +1,9 @@
 """``python -m paddle_amp_ext.check``: the GPU capability report and the AMP verdict.
 
 Collect into a frozen record, render it as text or JSON, return an exit code (the convention of
-:mod:`paddle_amp_ext.cli`): 0 usable (or no ``--require``), 1 not usable for ``--require``,
-2 usage error.
+:mod:`paddle_amp_ext.cli`): 0 usable (or no ``--require``), 1 not usable for ``--require`` (the
+reason on stderr and in ``--json``), 2 usage error, Paddle not installed included. Nothing is
+written: the rehearsal's kernel is only looked up, unless ``--build-kernel`` asks for it.
 """
 
 from __future__ import annotations
@@ -11,18 +12,26 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 import numpy
 
-from .._native import NativeStatus
-from .._native import status as rounding_status
+from .. import _deferred
+from .._native import NativeStatus, build
+from ..backends import Accelerator, paddle_support
 from ..config import AmpConfig
+from ..errors import AmpUnsupportedError
 from ..gate import AmpDecision, DeviceInfo, decide
 from . import FOUND, OK, UsageError, emit, fail, parse
-from .verify import run_verify
+
+if TYPE_CHECKING:
+    from ..fp8 import readiness as fp8_ready
 
 _WHAT_IF = re.compile(r"^(?P<name>.+?):(?P<cc>\d+)\.(?P<minor>\d)(?::(?P<mem>\d+(?:\.\d+)?))?$")
+_ACCELERATOR = re.compile(r"^(?P<kind>rocm|xpu|custom):(?P<rest>.*)$", re.IGNORECASE)
+_ROCM = re.compile(r"^(?P<name>.*?)(?::(?P<cc>\d+)\.(?P<minor>\d+))?$")
+WHAT_IF_FORMS = ("NAME:CC[:MEM_GB] (a CUDA GPU, e.g. 'Tesla T4:7.5:16'), rocm:NAME[:CC] (e.g. 'rocm:MI250X:9.0'), "
+                 "xpu:GENERATION (1, 2 or 3, e.g. 'xpu:2') or custom:TYPE (e.g. 'custom:npu')")
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,10 @@ class CheckReport:
     smoke: Optional[str] = None
     device: Optional[DeviceInfo] = None  # the GPU the verdict is for
     rounding: Optional[NativeStatus] = None  # the fp16 rehearsal's rounding kernel
+    accelerator: Optional[Accelerator] = None  # a ROCm GPU, XPU or custom device: Paddle's own rule decides
+    rules_of: Tuple[int, ...] = ()  # the Paddle version whose rules judged the accelerator
+    requirements: Tuple[Tuple[str, AmpDecision], ...] = ()  # --require fp16/bf16/any: the gate's answer
+    fp8: Tuple[fp8_ready.RecipeVerdict, ...] = ()  # per FP8 recipe (paddle_amp_ext.fp8.readiness)
 
     def to_dict(self) -> dict:
         return {
@@ -60,25 +73,33 @@ class CheckReport:
                 }
                 for d in self.devices
             ],
+            "accelerator": None if self.accelerator is None else {
+                **self.accelerator.to_dict(), **dict(zip(("fp16", "bf16", "rule"),
+                                                         paddle_support(self.accelerator, self.rules_of)))},
             "decision": self.decision.to_dict(),
             "notes": list(self.notes),
             "smoke": self.smoke,
             "rehearsal_rounding": None if self.rounding is None else {
                 "native": self.rounding.available, "detail": self.rounding.detail},
+            "fp8": [v.to_dict() for v in self.fp8],
         }
 
 
-def parse_what_if(text: str) -> DeviceInfo:
-    """``"NAME:CC[:MEM_GB]"`` (e.g. ``"Tesla T4:7.5:16"``) as a DeviceInfo.
+def parse_what_if(text: str) -> Union[DeviceInfo, Accelerator]:
+    """A device that is not present, from one of :data:`WHAT_IF_FORMS`: ``"Tesla T4:7.5:16"`` (a CUDA
+    GPU), ``"rocm:MI250X:9.0"``, ``"xpu:2"`` or ``"custom:npu"`` (Paddle's own rule decides those).
 
     Raises:
-        ValueError: the text does not have that form.
+        ValueError: the text has none of these forms.
     """
+    if not isinstance(text, str):
+        raise ValueError(f"--what-if expects {WHAT_IF_FORMS}. Received: {text!r}")
+    accelerator = _ACCELERATOR.match(text.strip())
+    if accelerator:
+        return _parse_accelerator(accelerator["kind"].lower(), accelerator["rest"].strip(), text)
     match = _WHAT_IF.match(text.strip())
     if not match:
-        raise ValueError(
-            f"--what-if expects NAME:CC[:MEM_GB], e.g. 'Tesla T4:7.5:16'. Received: {text!r}"
-        )
+        raise ValueError(f"--what-if expects {WHAT_IF_FORMS}. Received: {text!r}")
     memory = float(match["mem"]) if match["mem"] else 0.0
     return DeviceInfo(
         index=0,
@@ -86,6 +107,22 @@ def parse_what_if(text: str) -> DeviceInfo:
         compute_capability=(int(match["cc"]), int(match["minor"])),
         total_memory_bytes=int(memory * 2**30),
     )
+
+
+def _parse_accelerator(kind: str, rest: str, text: str) -> Accelerator:
+    if kind == "xpu":
+        generation = re.fullmatch(r"(?:xpu)?([123])", rest, re.IGNORECASE)
+        if generation:
+            return Accelerator("xpu", xpu_generation=int(generation.group(1)))
+        raise ValueError(f"--what-if xpu:GENERATION expects 1, 2 or 3 (XPU1..XPU3). Received: {text!r}")
+    if kind == "custom":
+        if re.fullmatch(r"[A-Za-z][\w-]*", rest):
+            return Accelerator("custom", device_type=rest.lower())
+        raise ValueError(f"--what-if custom:TYPE expects a PaddleCustomDevice type, e.g. 'custom:npu'. "
+                         f"Received: {text!r}")
+    rocm = _ROCM.match(rest)
+    cc = (int(rocm["cc"]), int(rocm["minor"])) if rocm["cc"] else None
+    return Accelerator("rocm", name=rocm["name"].strip(), compute_capability=cc)
 
 
 def numpy_notes(paddle_version: Tuple[int, int, int], numpy_version: str) -> List[str]:
@@ -126,24 +163,59 @@ def smoke_test(devices: Sequence[DeviceInfo], dtype: str) -> str:
     return f"ok: matmul under auto_cast gave {got}" if got == dtype else f"failed: got {got}, expected {dtype}"
 
 
-def collect(requested: str = "auto", what_if: Optional[DeviceInfo] = None, smoke: bool = False) -> CheckReport:
-    """Probe Paddle and the GPUs; never raises for a failed probe."""
+REQUIRES = {"fp16": "float16", "bf16": "bfloat16", "any": "auto"}
+Device = Union[DeviceInfo, Accelerator, None]
+
+
+def requirement(device: Device, require: str, cuda_version: Optional[str], no_device: str,
+                paddle_version: Tuple[int, ...]) -> AmpDecision:
+    """The gate's answer for ``--require`` (``fp16``, ``bf16`` or ``any``), without warnings."""
+    try:
+        return decide(device, REQUIRES[require], strict=True, cuda_version=cuda_version, no_device_reason=no_device,
+                      paddle_version=paddle_version)
+    except AmpUnsupportedError as exc:
+        return AmpDecision(False, "float32", False, str(exc), REQUIRES[require], fallback=True)
+
+
+def _probe_accelerator(notes: List[str]) -> Optional[Accelerator]:
+    from ..device import probe_accelerator
+
+    try:
+        return probe_accelerator()
+    except RuntimeError as exc:
+        notes.append(f"probe error: {exc}")
+        return None
+
+
+def collect(requested: str = "auto", what_if: Device = None, smoke: bool = False,
+            build_kernel: bool = False) -> CheckReport:
+    """Probe Paddle and the GPUs; never raises for a failed probe. Writes nothing unless
+    ``build_kernel`` (then the rehearsal's kernel is built in its cache if it is not there)."""
     from .. import _compat
     from ..device import _current_index, probe_report
 
     report = probe_report()
-    if what_if is not None:
-        devices: Tuple[DeviceInfo, ...] = (what_if,)
-        device: Optional[DeviceInfo] = what_if
-    else:
+    notes = numpy_notes(_compat.PADDLE_VERSION, numpy.__version__) + [f"probe error: {e}" for e in report.errors]
+    accelerator = what_if if isinstance(what_if, Accelerator) else None
+    if what_if is None:
+        accelerator = _probe_accelerator(notes)
+    devices: Tuple[DeviceInfo, ...] = ()
+    device: Device = accelerator
+    if isinstance(what_if, DeviceInfo):
+        devices, device = (what_if,), what_if
+    elif what_if is None and accelerator is None:
         devices = report.devices
         device = next((d for d in devices if d.index == _current_index()), None)
-    decision = decide(device, requested, cuda_version=report.cuda_version,
-                      no_device_reason=report.reason or "no CUDA GPU is visible")
-    notes = numpy_notes(_compat.PADDLE_VERSION, numpy.__version__) + [f"probe error: {e}" for e in report.errors]
+    no_device = report.reason or "no CUDA GPU is visible"
+    version = _compat.PADDLE_VERSION
+    decision = decide(device, requested, cuda_version=report.cuda_version, no_device_reason=no_device,
+                      paddle_version=version)
+    requirements = tuple((name, requirement(device, name, report.cuda_version, no_device, version))
+                         for name in REQUIRES)
     smoke_text = None
     if smoke:
-        smoke_text = "skipped: --what-if GPU is not present" if what_if else smoke_test(report.devices, decision.dtype)
+        smoke_text = "skipped: --what-if device is not present" if what_if else smoke_test(report.devices,
+                                                                                            decision.dtype)
     return CheckReport(
         paddle_version=report.paddle_version,
         cuda_version=report.cuda_version,
@@ -151,13 +223,35 @@ def collect(requested: str = "auto", what_if: Optional[DeviceInfo] = None, smoke
         numpy_version=numpy.__version__,
         devices=devices,
         decision=decision,
-        probe_reason=None if what_if else report.reason,
+        probe_reason=None if what_if is not None or accelerator is not None else report.reason,
         notes=tuple(notes),
         what_if=what_if is not None,
         smoke=smoke_text,
-        device=device,
-        rounding=rounding_status(),
+        device=device if isinstance(device, DeviceInfo) else None,
+        rounding=build.status() if build_kernel else build.cached_status(),
+        requirements=requirements,
+        accelerator=accelerator,
+        rules_of=version,
+        fp8=_fp8_verdicts(device, accelerator, no_device),
     )
+
+
+def _fp8_verdicts(device: Device, accelerator: Optional[Accelerator], no_device: str) -> tuple:
+    """Per FP8 recipe, whether this device and software run it (Paddle's FP8 kernels are CUDA's only).
+
+    Imported here: ``paddle_amp_ext.fp8`` imports Paddle, and ``check`` must answer without it."""
+    from ..fp8 import readiness as fp8_ready
+
+    if accelerator is not None:
+        no_device = f"Paddle's FP8 kernels are CUDA-only; this device is {accelerator.kind}"
+    return fp8_ready.fp8_readiness(device if isinstance(device, DeviceInfo) else None, fp8_ready.probe_software(),
+                                   no_device_reason=no_device)
+
+
+def _fp8_lines(report: CheckReport) -> List[str]:
+    from ..fp8 import readiness as fp8_ready
+
+    return fp8_ready.render(report.fp8)
 
 
 def render(report: CheckReport) -> str:
@@ -172,9 +266,13 @@ def render(report: CheckReport) -> str:
         lines.append(f"  fp16 rehearsal rounds with the {report.rounding}")
     lines += [
         "",
-        "GPUs" + (" (what-if, not present)" if report.what_if else ""),
+        ("Devices" if report.accelerator is not None else "GPUs")
+        + (" (what-if, not present)" if report.what_if else ""),
     ]
-    if not report.devices:
+    if report.accelerator is not None:
+        fp16, bf16, rule = paddle_support(report.accelerator, report.rules_of)
+        lines.append(f"  {report.accelerator.label}  fp16: {yes[fp16]}  bf16: {yes[bf16]}  ({rule})")
+    elif not report.devices:
         lines.append(f"  none: {report.probe_reason or 'could not collect'}")
     for d in report.devices:
         memory = f"{d.total_memory_mb / 1024:.1f} GiB" if d.total_memory_bytes else "memory unknown"
@@ -191,20 +289,23 @@ def render(report: CheckReport) -> str:
     ]
     if report.smoke is not None:
         lines.append(f"Smoke test: {report.smoke}")
+    lines += _fp8_lines(report)
     if report.notes:
         lines.append("")
         lines += [f"Note: {n}" for n in report.notes]
     return "\n".join(lines)
 
 
-def usable(report: CheckReport, require: Optional[str]) -> bool:
+def unmet(report: CheckReport, require: Optional[str]) -> Optional[str]:
+    """Why ``--require`` is not met (``--require bf16: ...``), or None when it is (or was not asked)."""
     if require is None:
-        return True
-    d = report.device
-    if d is None:
-        return False
-    bf16 = report.decision.dtype == "bfloat16" or (d.supports_bf16 and report.decision.enabled)
-    return {"fp16": d.supports_fp16, "bf16": bf16, "any": d.supports_fp16}[require]
+        return None
+    if require == "fp8":
+        if any(v.ok for v in report.fp8):
+            return None
+        return "--require fp8 is not met: no FP8 recipe can run here (see the FP8 recipes lines for why)"
+    decision = dict(report.requirements)[require]
+    return None if decision.enabled else f"--require {require} is not met: {decision.reason}"
 
 
 def list_ops(dtype: str, level: str, config: Optional[AmpConfig], config_path: Optional[str] = None) -> dict:
@@ -230,14 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m paddle_amp_ext.check",
         description="GPU capability report and AMP verdict for PaddlePaddle.",
         epilog="Exit codes: 0 usable (or no --require; --verify: every check passed), 1 not usable for "
-               "--require (--verify: a check failed, or no GPU to run them on), 2 usage error.",
+               "--require (why: on stderr; --verify: a check failed, or no GPU to run them on), 2 usage error "
+               "or Paddle not installed.",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--require", choices=("fp16", "bf16", "any"),
-                        help="exit 1 unless this AMP precision is usable")
-    parser.add_argument("--what-if", metavar="NAME:CC[:MEM_GB]",
-                        help="evaluate the gate for a GPU that is not present, e.g. 'Tesla T4:7.5:16'")
+    parser.add_argument("--require", choices=("fp16", "bf16", "any", "fp8"),
+                        help="exit 1 unless this AMP precision is usable (fp8: any FP8 recipe)")
+    parser.add_argument("--what-if", metavar="DEVICE",
+                        help=f"evaluate the gate for a device that is not present: {WHAT_IF_FORMS}")
     parser.add_argument("--smoke", action="store_true", help="run a tiny auto_cast matmul on the GPU")
+    parser.add_argument("--build-kernel", action="store_true",
+                        help="build the fp16 rehearsal's rounding kernel in its cache now if it is not there "
+                             "(without it, check writes nothing)")
     parser.add_argument("--list-ops", action="store_true", help="print the effective white/black op lists")
     parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"),
                         help="dtype for --list-ops (default float16)")
@@ -252,15 +357,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit codes: 0 usable (or no ``--require``), 1 not usable for ``--require``, 2 usage error."""
+    """Exit codes: 0 usable (or no ``--require``), 1 not usable for ``--require``, 2 usage error
+    (Paddle not installed included)."""
     parser = build_parser()
     try:
         args = parse(parser, argv)
         config = _read_config(args.config)
         what_if = parse_what_if(args.what_if) if args.what_if is not None else None
-    except UsageError as exc:
-        return fail(parser.prog, str(exc))
-    except ValueError as exc:
+        _require_paddle()
+    except (UsageError, ValueError) as exc:
         return fail(parser.prog, str(exc))
     if args.model is not None and not args.verify:
         return fail(parser.prog, "--model needs --verify")
@@ -268,15 +373,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return fail(parser.prog, "--verify runs on the GPU that is present: it cannot be combined with "
                     "--what-if or --list-ops")
     if args.verify:
+        from .verify import run_verify  # imports Paddle: only after _require_paddle() said it is there
+
         return run_verify(parser.prog, args.model, args.json)
     if args.list_ops:
         ops = list_ops(args.dtype, args.level, config, args.config)
         emit(ops, render_ops(ops), args.json)
         return OK
     requested = "auto" if config is None else (config.dtype if config.enable else "float32")
-    report = collect(requested=requested, what_if=what_if, smoke=args.smoke)
-    emit(report.to_dict(), render(report), args.json)
-    return OK if usable(report, args.require) else FOUND
+    report = collect(requested=requested, what_if=what_if, smoke=args.smoke, build_kernel=args.build_kernel)
+    why_not = unmet(report, args.require)
+    data = report.to_dict()
+    if args.require is not None:
+        data["require"] = {"name": args.require, "met": why_not is None, "reason": why_not}
+    emit(data, render(report), args.json)
+    if why_not is not None:
+        print(f"{parser.prog}: {why_not}", file=sys.stderr, flush=True)
+        return FOUND
+    return OK
+
+
+def _require_paddle() -> None:
+    """Raise :class:`UsageError` naming what is missing when paddle cannot be imported."""
+    try:
+        import paddle  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"PaddlePaddle cannot be imported ({exc}). {_deferred.INSTALL_PADDLE}") from None
 
 
 def _read_config(path: Optional[str]) -> Optional[AmpConfig]:

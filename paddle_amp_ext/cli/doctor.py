@@ -42,11 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     from ..rehearsal.script import run_script
+    from ..run._scripting import claim_start_entry
 
     try:
         args = parse(build_parser(), argv)
     except UsageError as exc:
         return fail(PROG, str(exc))
+    if argv is None:
+        claim_start_entry()  # the script's folder replaces the command's on sys.path, as python script.py
     if args.advise:
         return _advise(args)
     try:
@@ -81,7 +84,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _advise(args: argparse.Namespace) -> int:
     from ..rehearsal.advisor import advise
     from ..rehearsal.script import capture_first_call
-    from ..scripting import ScriptEnd
+    from ..run._scripting import ScriptEnd
 
     try:
         call = capture_first_call(args.script, args.args)

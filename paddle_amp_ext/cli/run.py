@@ -13,14 +13,23 @@ skipped steps, loss-scale range, where the logs are, the ``lr.step()`` calls hel
 or as JSON to stdout with ``--json``, and the command exits with the script's own code (2 for a usage error before the
 script starts).
 
-The script's import order is its own: ``run`` does not import paddle; the routing is put in
-place when the script first imports paddle (:mod:`paddle_amp_ext.importwatch`). So ``--config``
-is checked up front except its op names, which need Paddle's op registry and are checked at that
-import (a bad one stops the script there, exit 2, with the message ``AmpConfig.from_file`` gives).
-``--logdir`` is made absolute before the script starts (an ``os.chdir`` in it moves nothing).
-Only the process that started prints the summary (a child the script forks returns here too);
-scalers built in threads are routed and counted; children started with ``multiprocessing`` are
-not counted, and a summary without a scaler says so when the script started any.
+The script starts as ``python SCRIPT`` would start it (:mod:`paddle_amp_ext.run._scripting`: absolute
+``__file__``, a symlink's target folder on ``sys.path``; a folder or zip file runs its
+``__main__.py``; ``-m MODULE ARGS`` runs a module as ``python -m``). Its import order is its own:
+``run`` does not import paddle; the routing is put in place when the script first imports
+paddle, in any thread (:mod:`paddle_amp_ext.run._importwatch`). So ``--config`` is checked up front
+except its op names, which need Paddle's op registry and are checked at that import (a bad one
+stops the script there, exit 2, with the message ``AmpConfig.from_file`` gives; a thread's
+import fails so, and every later one). ``--logdir`` is made absolute before the script starts
+(an ``os.chdir`` in it moves nothing). The routing stays until the script's non-daemon threads
+have ended, as Python waits for them before it exits. Only the process that started prints the
+summary (a child the script forks returns here too); scalers built in threads are routed and
+counted; ``multiprocessing`` children are counted by start method: a fork child inherits the
+routing (its hooks are closed when it ends), a spawn or forkserver child is a new interpreter,
+not routed, and a summary without a scaler warns about those (Paddle's DataLoader workers are
+not counted as such). With ``--json`` the summary goes on a line of its own to the stdout ``run``
+started with, whatever the script did to ``sys.stdout``. A script that removes the import watch
+from ``sys.meta_path`` before importing paddle runs unrouted, with a warning saying so.
 """
 
 from __future__ import annotations
@@ -32,59 +41,23 @@ import os
 import shutil
 import sys
 import tempfile
-from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+import threading
+from typing import Any, Dict, List, Optional, Tuple
 
+from ..run import _session
+from ..run._session import read_config
 from . import UsageError, fail, parse, report_script_end
 
 PROG = "python -m paddle_amp_ext.run"
 
 
-class ScalerSummary:
-    """A scaler (or guard) hook that counts steps and skips and keeps the loss-scale range (host values only)."""
-
-    def __init__(self, logdir: Optional[str]) -> None:
-        self.logdir = logdir
-        self.steps = self.skipped = 0
-        self.low = self.high = None
-
-    def on_step(self, event: Any) -> None:
-        self.steps += 1
-        self.skipped += bool(event.result.skipped)
-        scale = event.result.loss_scale
-        self.low = scale if self.low is None else min(self.low, scale)
-        self.high = scale if self.high is None else max(self.high, scale)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"steps": self.steps, "skipped": self.skipped, "loss_scale_min": self.low,
-                "loss_scale_max": self.high, "logdir": self.logdir}
-
-
-class LazyVisualDLHook:
-    """A :class:`~paddle_amp_ext.VisualDLHook` made at the first step it is told of (a guard whose
-    optimizer a scaler steps is never told: it leaves no empty run directory)."""
-
-    def __init__(self, logdir: str, on_made: Any) -> None:
-        self._logdir, self._on_made = logdir, on_made
-        self.hook: Any = None
-
-    def on_step(self, event: Any) -> None:
-        if self.hook is None:
-            from ..visualdl import VisualDLHook
-
-            self.hook = VisualDLHook(self._logdir)
-            self._on_made(self.hook)
-        self.hook.on_step(event)
-
-    def on_overflow(self, event: Any) -> None:
-        if self.hook is not None and hasattr(self.hook, "on_overflow"):
-            self.hook.on_overflow(event)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Run an unmodified Paddle training script with paddle.amp "
+    parser = argparse.ArgumentParser(prog=PROG, usage="%(prog)s [options] SCRIPT [ARGS...] | -m MODULE [ARGS...]",
+                                     description="Run an unmodified Paddle training script with paddle.amp "
                                      "routed to paddle_amp_ext: validated op lists, the gate, the non-finite guard "
                                      "and a VisualDL hook on every GradScaler it builds. Exits with the script's code.")
+    parser.epilog = ("As python: SCRIPT may be a folder or zip file with a __main__.py, and -m MODULE [ARGS...] "
+                     "(after run's own options) runs a module as python -m does.")
     parser.add_argument("--config", metavar="FILE", help="an AmpConfig TOML/JSON file (op lists, dtype, scaler extras)")
     parser.add_argument("--logdir", default="runs", help="VisualDL logs: one run directory per scaler (default runs)")
     parser.add_argument("--no-log", action="store_true", help="no VisualDL hook")
@@ -98,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--emulate", choices=("float16", "bfloat16"),
                         help="rehearse the script's AMP numerics on any device: functional ops and nn.Linear are "
                              "rounded as AMP computes them and the GradScaler runs for real (paddle_amp_ext.rehearse)")
-    parser.add_argument("script")
+    parser.add_argument("script", nargs="?", help="the script, as to python: a file, or a folder or zip file with a "
+                        "__main__.py (or -m MODULE before the arguments, as python -m)")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
@@ -124,51 +98,6 @@ def check_logdir(logdir: str) -> None:
         raise UsageError(f"--logdir {logdir!r} is not writable ({existing!r}: {exc.strerror or exc}): {fix}.") from None
 
 
-class _ConfigRejectedError(BaseException):
-    """The config's op lists, validated at the script's first ``import paddle``, are wrong: the
-    script stops there (a BaseException passes its ``except Exception``) and ``run`` exits 2."""
-
-
-def read_config(path: str) -> Tuple[Any, Any]:
-    """The settings of ``path`` and an :class:`AmpConfig` of all but the op lists, without paddle.
-
-    Everything is validated but the op names (that needs Paddle's op registry, checked by
-    :func:`full_config` when the script imports paddle); the lists' types are checked here.
-
-    Raises:
-        FileNotFoundError, ValueError, TypeError: as :meth:`AmpConfig.from_file`, same messages.
-    """
-    from .. import configfile
-    from ..config import AmpConfig, as_op_names
-
-    data = configfile.parse(Path(path))
-    try:
-        table = configfile.settings_table(data)
-        if isinstance(table, Mapping):
-            for key in _LIST_KEYS:
-                if key in table:
-                    as_op_names(key, table[key])
-            table = {key: value for key, value in table.items()}
-            return table, AmpConfig.from_dict({k: v for k, v in table.items() if k not in _LIST_KEYS})
-        return table, AmpConfig.from_dict(table)  # raises: not a table
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"Config file {str(path)!r}: {exc}") from None
-
-
-def full_config(path: str, table: Any) -> Any:
-    """The :class:`AmpConfig` of ``path``'s settings ``table``, op lists validated (imports paddle).
-
-    Raises:
-        ValueError, TypeError: as :meth:`AmpConfig.from_file`, same messages.
-    """
-    from ..config import AmpConfig
-
-    try:
-        return AmpConfig.from_dict(table)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"Config file {str(path)!r}: {exc}") from None
-
-
 def check_emulate(emulate: Optional[str], config: Any, path: Optional[str]) -> None:
     """Raise UsageError when ``--emulate`` names another dtype than the config's ``dtype`` key
     (``"auto"`` leaves the choice open: ``--emulate`` makes it)."""
@@ -178,78 +107,50 @@ def check_emulate(emulate: Optional[str], config: Any, path: Optional[str]) -> N
                          "config's dtype.")
 
 
-class _Session:
-    """What ``run`` attaches, set up when the script first imports paddle (see :mod:`..importwatch`)."""
+def split_module(argv: List[str]) -> Tuple[List[str], Optional[str], List[str]]:
+    """``run``'s own options, the module of a ``-m MODULE`` (else None) and the module's arguments:
+    as with ``python -m``, everything after the module name is the module's."""
+    valued = {"--config", "--logdir", "--emulate"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[:i], (argv[i + 1] if i + 1 < len(argv) else ""), argv[i + 2:]
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return argv[:i], arg[2:], argv[i + 1:]
+        if arg == "--" or not arg.startswith("-"):
+            break  # the script (everything after it is its own)
+        i += 2 if arg in valued else 1
+    return argv, None, []
 
-    def __init__(self, args: argparse.Namespace, table: Any, stack: contextlib.ExitStack) -> None:
-        self.args, self.table, self.stack = args, table, stack
-        self.logdir = None if args.no_log else os.path.abspath(args.logdir)  # before any os.chdir
-        self.pid = os.getpid()
-        self.summaries: List[ScalerSummary] = []
-        self.guard_summaries: List[ScalerSummary] = []
-        self.routing: Any = None  # the Routing, once the script has imported paddle
-        self.hooks: List[Tuple[int, Any]] = []  # (pid of the process that attached it, hook)
-        self.children = _children_started()
 
-    def start(self, _paddle: Any = None) -> None:
-        from .. import _deferred
-
-        _deferred.complete()  # the package's names, now that the script has imported paddle
-        config = None
-        if self.table is not None:
-            try:
-                config = full_config(self.args.config, self.table)
-            except (TypeError, ValueError) as exc:
-                raise _ConfigRejectedError(str(exc)) from None
-        from ..integrations.routing import routed
-
-        self.routing = self.stack.enter_context(routed(
-            config, on_scaler=self.attach, on_guard=self.attach_guard, hold_lr_on_skip=not self.args.no_lr_hold,
-            guard_optimizers=not self.args.no_guard))
-        if self.args.emulate:
-            from ..rehearsal.emulation import rehearse
-
-            self.stack.enter_context(rehearse(self.args.emulate, config=config))
-
-    def attach(self, new_scaler: Any) -> None:
-        logdir = None
-        if self.logdir is not None:
-            from ..visualdl import VisualDLHook
-
-            hook = new_scaler.add_hook(VisualDLHook(self.logdir))
-            self.hooks.append((os.getpid(), hook))
-            logdir = hook.logdir
-        summary = new_scaler.add_hook(ScalerSummary(logdir))
-        if os.getpid() == self.pid:
-            self.summaries.append(summary)
-
-    def attach_guard(self, guard: Any) -> None:
-        summary = ScalerSummary(None)
-        if self.logdir is not None:
-            def made(hook: Any) -> None:
-                self.hooks.append((os.getpid(), hook))  # the process whose guard stepped first
-                summary.logdir = hook.logdir
-
-            guard.add_hook(LazyVisualDLHook(self.logdir, made))
-        guard.add_hook(summary)
-        if os.getpid() == self.pid:
-            self.guard_summaries.append(summary)
-
-    def close(self) -> None:
-        """Flush and close the VisualDL hooks this process attached (one device read each)."""
-        for pid, hook in self.hooks:
-            if pid == os.getpid():  # a forked child leaves its parent's hooks to the parent
-                hook.close()
+def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> argparse.Namespace:
+    """The command line, ``-m MODULE [ARGS]`` understood as ``python -m``; raises UsageError."""
+    own, module, rest = split_module(list(sys.argv[1:] if argv is None else argv))
+    if module is None:
+        args = parse(parser, own)
+        if args.script is None:
+            raise UsageError("give the SCRIPT to run (or -m MODULE), as to python: "
+                             f"{PROG} [options] train.py [args...]")
+        args.module = None
+        return args
+    if not module:
+        raise UsageError("-m needs a module name, as python's: -m MODULE [args...]")
+    args = parse(parser, own)  # split_module stopped before any script: args.script is None
+    args.module, args.args = module, rest
+    return args
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from ..importwatch import when_imported
-    from ..scripting import check_script, run_as_main
+    from ..run import _scripting as scripting
+    from ..run._importwatch import when_imported
+    from ..run._watch import ChildWatch, StdoutEnd, join_new_threads
 
     parser = build_parser()
     try:
-        args = parse(parser, argv)
-        check_script(args.script)
+        args = parse_args(parser, argv)
+        if args.module is None:
+            scripting.check_script(args.script)
         table, config = read_config(args.config) if args.config else (None, None)
         check_emulate(args.emulate, config, args.config)
         if not args.no_log:
@@ -258,50 +159,84 @@ def main(argv: Optional[List[str]] = None) -> int:
         return fail(PROG, str(exc))
     except (OSError, ValueError, TypeError) as exc:
         return fail(PROG, str(exc))
+    if argv is None:
+        scripting.claim_start_entry()
+    what = args.script if args.module is None else f"-m {args.module}"
+    out = StdoutEnd() if args.json else None
+    children, threads = ChildWatch(), set(threading.enumerate())
     with contextlib.ExitStack() as stack:
-        session = _Session(args, table, stack)
+        session = _session.Session(args, table, stack)
         stack.callback(session.close)  # however the script ends (SIGTERM: the hooks flush themselves)
+        children.install()  # imports multiprocessing (not paddle)
+        from multiprocessing import util as mp_util
+
+        mp_util.register_after_fork(session, _session.Session.in_forked_child)
+        stack.callback(children.uninstall)
+        if out is not None:
+            out.track()
+            stack.callback(out.untrack)
         try:
             stack.enter_context(when_imported("paddle", session.start))
-            end = run_as_main(args.script, args.args)
-        except _ConfigRejectedError as exc:
+            if args.module is None:
+                end = scripting.run_as_main(args.script, args.args)
+            else:
+                end = scripting.run_module_as_main(args.module, args.args)
+            join_new_threads(threads)  # the routing stays until the script's threads end, as Python waits
+        except _session.ConfigRejectedError as exc:
+            session.rejected = str(exc)
+        except scripting.NothingToRunError as exc:
             return fail(PROG, str(exc))
+    if session.rejected is not None:
+        if out is not None:
+            out.close()
+        return fail(PROG, session.rejected)
     report_script_end(end.error, end.exit_message)
     if os.getpid() != session.pid:  # a child the script forked returns here too: the parent reports
+        if out is not None:
+            out.close()
         return end.exit_code
-    summary = {"script": args.script, "exit_code": end.exit_code,
+    summary = {"script": what, "exit_code": end.exit_code, "routed": session.routing is not None,
                "scalers": [s.to_dict() for s in session.summaries],
                "guards": [s.to_dict() for s in session.guard_summaries if s.steps],
                "lr_steps_held": session.routing.lr_steps_held if session.routing is not None else 0,
                "lr_hold": not args.no_lr_hold, "guard_optimizers": not args.no_guard,
-               "child_processes": _children_started() - session.children}
-    if args.json:
-        print(json.dumps(summary), flush=True)
+               "child_processes": children.total, "forked_child_processes": children.forked,
+               "unrouted_child_processes": children.unrouted}
+    if out is not None:
+        if not out.write_line(json.dumps(summary)):
+            _say(f"{PROG}: warning: no stdout for the --json summary (the script's stdout was closed "
+                 f"before run started); it is: {json.dumps(summary)}")
     else:
-        print(_render(summary), file=sys.stderr, flush=True)
-    if not summary["scalers"] and not summary["guards"] and summary["child_processes"]:
-        print(f"{PROG}: warning: {_UNROUTED_CHILDREN.format(n=summary['child_processes'])}", file=sys.stderr,
-              flush=True)
+        _say(_render(summary))
+    if session.routing is None and "paddle" in sys.modules:
+        _say(f"{PROG}: warning: {_NEVER_ROUTED}")
+    if not summary["scalers"] and not summary["guards"] and children.unrouted:
+        _say(f"{PROG}: warning: {_UNROUTED_CHILDREN.format(n=children.unrouted)}")
     return end.exit_code
 
 
-_LIST_KEYS = ("custom_white_list", "custom_black_list")
-_UNROUTED_CHILDREN = ("the script started {n} child process(es) with multiprocessing and built no GradScaler in "
-                      "this one: scalers built in a spawned child are not routed, and none built in a child is "
-                      "counted here. Build the scalers in the main process (threads are routed), or run the "
-                      "child's training as its own `python -m paddle_amp_ext.run` command.")
-
-
-def _children_started() -> int:
-    """How many ``multiprocessing`` processes this process has created (0 when it never imported
-    multiprocessing). Reads ``multiprocessing.process._process_counter`` (an ``itertools.count``
-    advanced by each ``Process()``; CPython 3.8-3.13) through its repr, without advancing it."""
-    process = sys.modules.get("multiprocessing.process")
-    counter = getattr(process, "_process_counter", None)
+def _say(text: str) -> None:
+    """Print ``text`` on stderr; on the original stderr when the script closed or replaced ``sys.stderr`` badly."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            print(text, file=stream, flush=True)
+            return
+        except (ValueError, OSError, AttributeError):
+            continue
     try:
-        return int(repr(counter)[len("count("):-1]) - 1
-    except ValueError:
-        return 0
+        os.write(2, (text + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass  # no stderr at all: nothing to tell
+
+
+_UNROUTED_CHILDREN = ("the script started {n} child process(es) with the spawn or forkserver start method and built "
+                      "no GradScaler in this one: a spawned child is a new interpreter, not routed (fork children "
+                      "are), and none built in a child is counted here. Build the scalers in the main process "
+                      "(threads are routed), start the children with fork, or run the child's training as its own "
+                      "`python -m paddle_amp_ext.run` command.")
+_NEVER_ROUTED = ("the routing never started: the script imported paddle with run's import watch gone from "
+                 "sys.meta_path (it removed or replaced it), so paddle.amp stayed Paddle's own and any GradScaler "
+                 "it built was neither routed nor counted. Leave sys.meta_path's first entries in place.")
 
 
 def _render(summary: Dict[str, Any]) -> str:
@@ -317,6 +252,9 @@ def _render(summary: Dict[str, Any]) -> str:
         where = f"; VisualDL logs in {s['logdir']}" if s["logdir"] else ""
         lines.append(f"  Optimizer guard {i} (steps without a GradScaler): {s['steps']} steps, {s['skipped']} "
                      f"skipped{where}")
+    if summary["forked_child_processes"]:
+        lines.append(f"  {summary['forked_child_processes']} fork-started child process(es): routed; what they built "
+                     "is not counted here (their VisualDL runs are under the logdir).")
     if summary["lr_steps_held"]:
         lines.append(f"  LR scheduler: {summary['lr_steps_held']} lr.step() call(s) held after skipped steps "
                      "(--no-lr-hold lets them advance).")

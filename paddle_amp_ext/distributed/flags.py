@@ -2,7 +2,8 @@
 
 A found_inf flag is a device tensor (bool or int) or a Python number: fleet's
 ``MixPrecisionScaler`` stores a Python int, after reading the flag back to the host itself.
-:func:`checked_flag` says what a flag may be, for :func:`agree_found_inf` and :func:`host_bool`:
+:func:`checked_flag` says what a flag may be, for :func:`host_bool` and the skip strategies'
+agreement (:func:`paddle_amp_ext.distributed.skip.agree_found_inf`):
 a bool, int or float (Python or numpy) or a paddle.Tensor of one element (bool, int or float),
 true when it is not 0, so a NaN flag (a non-finite value) and 0.5 count as found.
 Under auto-parallel it is a DistTensor (computed from DistTensor gradients, or
@@ -15,14 +16,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import numpy as np
 import paddle
 
 from .. import _compat
-from .._compat import fleet as _fleet
-from .layout import flags_agree
 
 Flag = Union[paddle.Tensor, bool, int, float]
 
@@ -121,44 +120,3 @@ def all_reduce_max(flag: Flag) -> Flag:
         as_int = paddle.to_tensor([int(bool(flag))], dtype="int32")
     paddle.distributed.all_reduce(as_int, op=paddle.distributed.ReduceOp.MAX)
     return as_int.astype("bool")
-
-
-def agree_found_inf(flag: Flag, optimizer: Any = None, *, scaler: Optional[Any] = None) -> Flag:
-    """The skip decision every rank shares: ``flag`` OR-ed over the world where the ranks' flags
-    can differ, before anyone steps.
-
-    Every rank must call it at the same point of the step: it is one collective (a MAX
-    all-reduce of one int32) when more than one process runs and the flags can differ; none in
-    a single process, nor where ``optimizer``'s gradients were reduced before the step (plain
-    data parallel: :func:`~paddle_amp_ext.distributed.layout.flags_agree`), nor for a DistTensor
-    flag (already global). The group is the whole world, the group Paddle's own ``HybridParallelGradScaler``,
-    ``fleet.distributed_scaler`` and ``GroupShardedScaler`` reduce found_inf over: it spans every
-    group whose collectives ``optimizer.step()`` enters (data parallel, sharding, tensor and
-    pipeline parallel), so no rank can skip while another enters a reduce and waits for it.
-
-    Args:
-        flag: this rank's flag, True when a gradient is inf/nan: a 1-element bool, int or float device
-            tensor, or a Python or numpy number (:func:`checked_flag`; nonzero and NaN are found).
-        optimizer: the optimizer about to step (any of Paddle's or fleet's): where its
-            gradients were already reduced (:func:`~paddle_amp_ext.distributed.layout.flags_agree`)
-            no collective runs. None: always agreed (one all-reduce when distributed). Every
-            fleet wrapper steps collectively over the world, so it does not change the group.
-        scaler: a scaler whose found_inf this is; when fleet replaced its ``_unscale`` by one
-            that reduces found_inf itself (``fleet.distributed_scaler`` outside plain data
-            parallel, ``GroupShardedScaler``), the flag is already agreed and no second
-            collective runs.
-
-    Returns:
-        A bool tensor with the same value on every rank (a Python bool alone).
-
-    Raises:
-        TypeError, ValueError: ``flag`` is not a found_inf flag (:func:`checked_flag`: a wrong
-            type, or a tensor of other than one element), before any collective.
-    """
-    flag = checked_flag(flag)
-    if scaler is not None and _fleet.unscale_reduces_found_inf(scaler):
-        return flag
-    if (optimizer is not None and not _compat.is_dist(flag) and _world() > 1  # alone: no parameter scan
-            and flags_agree(optimizer)):
-        return flag
-    return all_reduce_max(flag)

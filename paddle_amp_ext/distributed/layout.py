@@ -15,6 +15,11 @@ that needs it: the clip's norm, the optimizer's update). The clip runs here, bef
 its norm and the found_inf flag computed from DistTensors are already global, the same on every
 rank of the mesh, so no collective of ours runs on them (a ``paddle.distributed`` collective
 on a DistTensor segfaults). The mesh must span every rank that steps.
+
+Auto-dp (``dist.enable_auto_dp()``, which PaddleFormers' auto-parallel Trainer turns on): each
+rank's gradient is its own unreduced addend, labelled ``Replicate`` until the optimizer's step
+relabels it ``Partial`` and reduces it. Before the step nothing computed from it is global, so
+the clip runs inside the step (as under fleet) and a found_inf flag is reduced once.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _compat
+from .._compat import autoparallel as _autoparallel
 from .._compat import fleet as _fleet
 
-_KINDS = ("local", "hybrid", "group_sharded", "auto_parallel")
+_KINDS = ("local", "hybrid", "group_sharded", "auto_parallel", "auto_dp")
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,12 @@ class Layout:
     Attributes:
         kind: ``"local"`` (gradients already reduced, or one process), ``"hybrid"`` (fleet's
             ``HybridParallelOptimizer`` outside plain data parallel), ``"group_sharded"``
-            (stage 2/3) or ``"auto_parallel"`` (DistTensor parameters).
+            (stage 2/3), ``"auto_parallel"`` (DistTensor parameters) or ``"auto_dp"``
+            (``dist.enable_auto_dp()`` with several processes: each rank's gradient is its
+            own addend until the optimizer's step reduces it).
         group: the hybrid communicate group (``"hybrid"``), the sharding group
             (``"group_sharded"``) or the first parameter's ``ProcessMesh``
-            (``"auto_parallel"``); None for ``"local"``.
+            (``"auto_parallel"``; ``"auto_dp"``, None for dense parameters); None for ``"local"``.
 
     Raises:
         ValueError: an unknown ``kind``.
@@ -54,7 +62,7 @@ class Layout:
     @property
     def clips_in_step(self) -> bool:
         """Whether the clip must run inside ``optimizer.step()``, on the reduced gradients."""
-        return self.kind in ("hybrid", "group_sharded")
+        return self.kind in ("hybrid", "group_sharded", "auto_dp")
 
     @property
     def norm_is_global(self) -> bool:
@@ -81,7 +89,10 @@ def layout_of(optimizer: Any) -> Layout:
     if group is not None:
         return Layout("group_sharded", group)
     first = _compat.first_parameter(optimizer)
-    if _compat.is_dist(first):
+    dist = _compat.is_dist(first)
+    if _autoparallel.auto_dp_enabled():  # also dense parameters: the step reduces their gradients
+        return Layout("auto_dp", first.process_mesh if dist else None)
+    if dist:
         return Layout("auto_parallel", first.process_mesh)
     return Layout("local")
 
@@ -90,7 +101,8 @@ def flags_agree(optimizer: Any) -> bool:
     """Whether every rank's found_inf flag for ``optimizer``'s step is already the same, so that
     agreeing on it needs no collective (attribute reads only: no collective, no sync).
 
-    True under auto-parallel (Paddle's SPMD rules reduced the flag) and on the ``"local"`` layout
+    True under auto-parallel (Paddle's SPMD rules reduced the flag; not under auto-dp, whose
+    gradients are each rank's own addend before the step) and on the ``"local"`` layout
     when every parameter's gradient was reduced before the step (``paddle.DataParallel``, fleet's
     plain data parallel, a Trainer's ``fused_allreduce_gradients``: after backward every rank
     holds the same gradients, so a NaN in one rank's batch is a NaN on every rank): where

@@ -16,7 +16,7 @@ import numpy as np
 import paddle
 
 from .. import _state
-from ..scripting import ScriptEnd, check_script, run_as_main
+from ..run._scripting import ScriptEnd, check_script, run_as_main
 from . import ops
 from .doctor import LIMITS, Finding, OverflowReport, peak_abs
 
@@ -111,7 +111,7 @@ class ScriptRun:
             1 when it raised), None when the doctor stopped it at an overflow.
         error: the exception the script raised (not SystemExit), or None.
         exit_message: what Python prints for the script's ``sys.exit(obj)`` (see
-            :class:`~paddle_amp_ext.scripting.ScriptEnd`), or None.
+            :class:`~paddle_amp_ext.run._scripting.ScriptEnd`), or None.
     """
 
     report: OverflowReport

@@ -76,7 +76,7 @@ def no_raw_collective(monkeypatch):
 @pytest.mark.parametrize("kind", ["bogus", None, "", "Auto_Parallel", 3])
 def test_layout_refuses_an_unknown_kind(kind):
     with pytest.raises(ValueError, match=r"Layout kind must be one of \('local', 'hybrid', 'group_sharded', "
-                                         r"'auto_parallel'\)\. Received: kind="):
+                                         r"'auto_parallel', 'auto_dp'\)\. Received: kind="):
         Layout(kind)
 
 

@@ -11,7 +11,7 @@ import pytest
 import paddle_amp_ext as amp
 from paddle_amp_ext import lrhold
 from paddle_amp_ext.guard import guard_of
-from paddle_amp_ext.integrations.routing import active_routing
+from paddle_amp_ext.run.routing import active_routing
 
 
 def _net(seed=3):
@@ -221,7 +221,8 @@ def test_a_nested_routing_without_guard_builds_unguarded_optimizers_inside_a_gua
     assert guard_of(bare) is None and outer.guards == [guard_of(guarded)]
 
 
-def test_a_deep_copied_scheduler_is_held_on_its_own_and_steps_itself():
+def test_a_deep_copied_scheduler_is_not_held_and_steps_itself():
+    """A copy is another scheduler, bound to no optimizer: never held (the original keeps its mark)."""
     import copy
 
     net = _net()
@@ -230,11 +231,12 @@ def test_a_deep_copied_scheduler_is_held_on_its_own_and_steps_itself():
         opt = paddle.optimizer.SGD(learning_rate=lr, parameters=net.parameters())
         _backward(net, nan=True)
         opt.step()
-        twin = copy.deepcopy(lr)  # copied while held: the copy carries its own mark
+        twin = copy.deepcopy(lr)  # copied while held
         twin.step()
         twin.step()
+        assert routing.lr_steps_held == 0 and lrhold.held_steps(twin) == 0
         lr.step()
-        assert routing.lr_steps_held == 2
-    assert (lr.last_epoch, twin.last_epoch) == (0, 1)
+        assert routing.lr_steps_held == 1 and lrhold.held_steps(lr) == 1
+    assert (lr.last_epoch, twin.last_epoch) == (0, 2)
     twin.step()
-    assert twin.last_epoch == 2 and lr.last_epoch == 0, "the copy's step, after the routing, passes through"
+    assert twin.last_epoch == 3 and lr.last_epoch == 0

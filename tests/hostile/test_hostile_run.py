@@ -14,27 +14,17 @@ import threading
 
 import paddle
 import pytest
+from helpers import SCALER_STEPS as STEP
 
 import paddle_amp_ext as amp
-from paddle_amp_ext import _deferred
 from paddle_amp_ext.cli import run
-from paddle_amp_ext.importwatch import when_imported
 from paddle_amp_ext.keep import is_kept_fp32
+from paddle_amp_ext.run import _deferred
+from paddle_amp_ext.run._importwatch import when_imported
 
 ORIGINAL_CALL = paddle.nn.Layer.__call__
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
 
-STEP = """
-model = paddle.nn.Linear(4, 4)
-opt = paddle.optimizer.SGD(parameters=model.parameters())
-scaler = paddle.amp.GradScaler(init_loss_scaling=8)
-for _ in range(2):
-    loss = model(paddle.rand([2, 4])).mean()
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
-    opt.clear_grad()
-"""
 
 
 def _run(tmp_path, script, *flags, timeout=240, python=(sys.executable,)):
@@ -192,13 +182,13 @@ def test_a_forked_child_prints_no_second_summary(tmp_path):
     assert [(s["steps"], s["skipped"]) for s in summary["scalers"]] == [(2, 0)]
 
 
-def test_scalers_built_in_threads_are_routed_and_counted(tmp_path, capsys):
+def test_scalers_built_in_threads_are_routed_and_counted(tmp_path, capfd):
     (tmp_path / "train.py").write_text("import threading\nimport paddle\n\ndef train():\n" +
                                        textwrap.indent(STEP, "    ") +
                                        "\nworkers = [threading.Thread(target=train) for _ in range(2)]\n"
                                        "[w.start() for w in workers]\n[w.join() for w in workers]\n")
     assert run.main(["--no-log", "--json", str(tmp_path / "train.py")]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])  # on fd 1: the original stdout
     assert [(s["steps"], s["skipped"]) for s in summary["scalers"]] == [(2, 0), (2, 0)]
     assert summary["child_processes"] == 0
 
@@ -218,8 +208,9 @@ def test_a_spawned_child_that_builds_the_scaler_is_named_in_a_warning(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "CHILD paddle.amp.grad_scaler" in proc.stdout and "JOINED 0" in proc.stdout
     assert "  The script built no paddle.amp.GradScaler." in proc.stderr.splitlines()
-    assert ("python -m paddle_amp_ext.run: warning: the script started 1 child process(es) with multiprocessing and "
-            "built no GradScaler in this one: scalers built in a spawned child are not routed") in proc.stderr
+    assert ("python -m paddle_amp_ext.run: warning: the script started 1 child process(es) with the spawn or "
+            "forkserver start method and built no GradScaler in this one: a spawned child is a new interpreter, not "
+            "routed (fork children are)") in proc.stderr
 
 
 @pytest.mark.slow

@@ -9,7 +9,9 @@ with :func:`paddle_amp_ext.guard_optimizer` once its own ``__init__`` has run, w
 config's ``max_consecutive_skips`` and ``on_collapse``, when the routing that applies to the
 calling thread (as for ``paddle.amp``'s calls) guards: a nested ``routed(guard_optimizers=False)``
 builds unguarded optimizers inside a guarding one. A subclass defined later is covered when
-its ``__init__`` calls its base's.
+its ``__init__`` calls its base's. The script's own ``guard_optimizer(optimizer, ...)`` on such
+an optimizer wins: the routing's guard takes its settings and is its guard from then on (no
+"already guarded" error; the routing's hooks stay).
 
 fleet's wrappers are guarded too (``MixPrecisionOptimizer``, ``HybridParallelOptimizer``): the
 Trainers' ``amp_master_grad`` step is ``MixPrecisionOptimizer.step``, which never calls its inner

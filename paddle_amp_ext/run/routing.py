@@ -6,7 +6,7 @@ by attribute. While routed, those attributes (and ``amp_guard``, ``amp_decorate`
 are this package's: validated op lists, the compute-capability gate, the non-finite guard,
 collapse detection and hooks, with no edit to the toolkit. Code that imported the names before
 routing (``from paddle.amp import GradScaler`` at import time) keeps Paddle's. A routing's config
-applies to those calls as :mod:`.overrides` says: every key it sets (``config.given``) is applied,
+applies to those calls as :mod:`._overrides` says: every key it sets (``config.given``) is applied,
 ``fp32_layers`` too.
 
 Example:
@@ -26,7 +26,8 @@ import paddle
 
 from .. import autocast, legacy, lrhold, scaler
 from ..config import AmpConfig
-from . import autoguard, overrides
+from . import _autoguard as autoguard
+from . import _overrides as overrides
 
 #: The ``paddle.amp`` attributes routing replaces.
 ROUTED_NAMES = ("GradScaler", "AmpScaler", "auto_cast", "amp_guard", "decorate", "amp_decorate")
@@ -45,7 +46,7 @@ class Routing:
     the one entered last.
 
     Attributes:
-        config: the :class:`AmpConfig` applied to the calls (:mod:`.overrides`: the keys it
+        config: the :class:`AmpConfig` applied to the calls (:mod:`._overrides`: the keys it
             sets replace the caller's arguments, op lists are merged, ``fp32_layers`` are kept
             in float32), or None.
         scalers: every GradScaler built through ``paddle.amp`` under this routing (weakly held).
@@ -217,7 +218,7 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
     Args:
         config: an :class:`AmpConfig` applied to the calls: every key it sets
             (``config.given``) replaces the caller's argument (op lists merged, ``fp32_layers``
-            kept in float32; see :mod:`paddle_amp_ext.integrations.overrides`).
+            kept in float32; see :mod:`paddle_amp_ext.run._overrides`).
         on_scaler: called with every GradScaler built while routed (e.g. to add hooks).
         hold_lr_on_skip: an LR scheduler bound to an optimizer whose last step was skipped does
             not advance on the loop's own ``lr.step()``, once per skipped step (default True;
@@ -226,7 +227,7 @@ def route(config: Optional[AmpConfig] = None, *, on_scaler: Optional[Callable[[A
         guard_optimizers: guard every optimizer built while routed, so a step without a
             GradScaler (bf16/fp32 loops, the Trainers' bf16 path) skips inf/nan gradients
             (default True; one host sync per such step; a scaler-stepped optimizer is judged by
-            its scaler only; see :mod:`paddle_amp_ext.integrations.autoguard`).
+            its scaler only; see :mod:`paddle_amp_ext.run._autoguard`).
         on_guard: called with every such :class:`~paddle_amp_ext.OptimizerGuard` (e.g. to add hooks).
 
     Returns:

@@ -5,7 +5,8 @@ paddle, so the script's import order is its own (issue 30). The watcher finds th
 with the finders after it, wraps the loader so that the callback runs once the module's code has
 run (the module is complete in ``sys.modules``), and then stands aside. What the callback raises
 propagates from the script's ``import`` statement (a BaseException passes a script's
-``except Exception``).
+``except Exception``), and again from every later import of the module in the block, in any
+thread (a thread's failed import leaves no half-imported module for the main thread to meet).
 
 Example:
     >>> with when_imported("paddle", lambda module: print("paddle is here")):  # doctest: +SKIP
@@ -46,6 +47,7 @@ class _Finder(importlib.abc.MetaPathFinder):
     def __init__(self, name: str, callback: Callable[[ModuleType], None]) -> None:
         self.name, self.callback = name, callback
         self.fired = False
+        self.failure: Optional[BaseException] = None
         self._lock = threading.Lock()
 
     def fire(self, module: ModuleType) -> None:
@@ -53,10 +55,16 @@ class _Finder(importlib.abc.MetaPathFinder):
             if self.fired:
                 return
             self.fired = True
+        try:
+            self.callback(module)
+        except BaseException as exc:
+            self.failure = exc  # every later import of the module, in any thread, fails the same way
+            raise
         _remove(self)
-        self.callback(module)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname == self.name and self.failure is not None:
+            raise type(self.failure)(*self.failure.args)
         if fullname != self.name or self.fired:
             return None
         for finder in list(sys.meta_path):
@@ -81,8 +89,8 @@ def when_imported(name: str, callback: Callable[[ModuleType], None]) -> Iterator
     (at once when it was imported already); the watch ends with the block.
 
     Raises:
-        Whatever ``callback`` raises: from the ``import`` statement that loaded ``name``, or
-        from here when it was loaded already.
+        Whatever ``callback`` raises: from the ``import`` statement that loaded ``name`` (and
+        from every later import of it in the block), or from here when it was loaded already.
     """
     finder = _Finder(name, callback)
     if name in sys.modules:

@@ -24,6 +24,15 @@ from typing import List, Optional
 
 RUN_MODULE = "paddle_amp_ext.run"
 RUN_SCRIPTS = ("paddle-amp-run", "paddle-amp-run-script.py", "paddle-amp-run.exe")
+#: How to install Paddle, for the messages that say it is missing (docs/install.md has the rest).
+INSTALL_PADDLE = (
+    "Install it as Paddle's install guide says (docs/install.md): on a GPU machine from Paddle's package "
+    "index for your CUDA, e.g. pip install 'paddle-amp-ext[gpu]' --extra-index-url "
+    "https://www.paddlepaddle.org.cn/packages/stable/cu126/ (CUDA 12.6; cu118, cu129 likewise); on a CPU "
+    "pip install 'paddle-amp-ext[cpu]'; in the official Paddle Docker image it is already there."
+)
+CHECK_MODULES = ("paddle_amp_ext.check", "paddle_amp_ext.cli.check")
+CHECK_SCRIPTS = ("paddle-amp-check", "paddle-amp-check-script.py", "paddle-amp-check.exe")
 _PACKAGE = "paddle_amp_ext"
 _lock = threading.RLock()
 _state = {"deferred": False, "completed": False}
@@ -49,14 +58,34 @@ def starting_run() -> bool:
     imports the package, before completion; the package then defers its imports (see the module
     docstring)."""
     with _lock:
-        if _state["completed"] or not sys.argv:
+        if _state["completed"]:
             return False
-        if sys.argv[0] == "-m":
-            deferred = _module_of(list(getattr(sys, "orig_argv", ()))) == RUN_MODULE
-        else:  # the console script, which imports paddle_amp_ext.cli.run before argv[0] is touched
-            deferred = os.path.basename(sys.argv[0]) in RUN_SCRIPTS
+        # the console script imports paddle_amp_ext.cli.run before argv[0] is touched
+        deferred = _starting((RUN_MODULE,), RUN_SCRIPTS)
         _state["deferred"] = _state["deferred"] or deferred
         return deferred
+
+
+def _starting(modules: tuple, scripts: tuple) -> bool:
+    """True while ``python -m`` one of ``modules`` (or one of the console ``scripts``) imports the package."""
+    if not sys.argv:
+        return False
+    if sys.argv[0] == "-m":
+        return _module_of(list(getattr(sys, "orig_argv", ()))) in modules
+    return os.path.basename(sys.argv[0]) in scripts
+
+
+def check_without_paddle() -> bool:
+    """True while ``python -m paddle_amp_ext.check`` (or ``paddle-amp-check``) starts where paddle
+    cannot be imported: the package then imports nothing of Paddle's and ``check`` says what is
+    missing (exit code 2) instead of a traceback. Python 3.10+ for ``-m`` (``sys.orig_argv``)."""
+    if not _starting(CHECK_MODULES, CHECK_SCRIPTS):
+        return False
+    try:
+        importlib.import_module("paddle")
+    except ImportError:
+        return True
+    return False
 
 
 def complete() -> None:

@@ -1,0 +1,97 @@
+"""Hostile inputs to fp8_linears and its stats: non-finite values, zeros, empty batches, odd
+shapes, wrong recipe types, threads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_amp_ext.fp8.linear import fp8_linears
+from paddle_amp_ext.fp8.stats import Fp8Stats
+
+
+def lin(k=5, n=3):
+    paddle.seed(0)
+    return paddle.nn.Sequential(paddle.nn.Linear(k, n))
+
+
+@pytest.mark.parametrize("recipe", ["blockwise", "current", "delayed"])
+def test_non_finite_inputs_propagate_and_are_counted(recipe):
+    model = lin()
+    x = paddle.to_tensor([[1.0, np.inf, 2.0, 3.0, np.nan]])
+    with fp8_linears(model, recipe) as stats:
+        y = model(x)
+    assert np.isnan(y.numpy()).all()  # inf times 0-scale or NaN: the GPU's arithmetic gives NaN too
+    record = next(r for r in stats.records if r.role == "input")
+    # inf sets the amax: scale 448/inf = 0 (NaN after, nothing clipped); delayed starts at scale 1: inf clips
+    assert record.saturated == {"blockwise": 0.0, "current": 0.0, "delayed": 0.2}[recipe]
+
+
+@pytest.mark.parametrize("recipe", ["blockwise", "current", "delayed"])
+def test_zeros_and_empty_batches(recipe):
+    model = lin()
+    with fp8_linears(model, recipe) as stats:
+        y = model(paddle.zeros([4, 5]))
+        empty = model(paddle.zeros([0, 5]))
+    assert np.array_equal(y.numpy(), np.broadcast_to(model[0].bias.numpy(), (4, 3)))
+    assert list(empty.shape) == [0, 3]
+    assert all(r.flushed == 0.0 and r.saturated == 0.0 for r in stats.records)
+
+
+def test_three_dimensional_inputs_and_huge_amax():
+    model = lin(130, 2)
+    x = paddle.full([2, 3, 130], 3e38)
+    with fp8_linears(model, "blockwise") as stats:
+        y = model(x)
+    assert list(y.shape) == [2, 3, 2]
+    record = next(r for r in stats.records if r.role == "input")
+    assert (record.amax, record.saturated, record.scale_min) == (np.float32(3e38), 0.0, 2.0**-120)
+
+
+def test_wrong_recipe_types():
+    with pytest.raises(TypeError, match="recipe must be an Fp8Recipe"):
+        with fp8_linears(lin(), recipe=None):
+            pass
+    with pytest.raises(ValueError, match="scaling must be one of"):
+        with fp8_linears(lin(), recipe="mxfp8"):
+            pass
+
+
+def test_threads_append_to_one_stats():
+    stats = Fp8Stats()
+    models = [lin() for _ in range(4)]
+
+    def work(model):
+        with fp8_linears(model, "current", stats=stats):
+            model(paddle.ones([2, 5]))
+
+    threads = [threading.Thread(target=work, args=(m,)) for m in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(stats.records) == 8  # input and weight of each model's one linear
+
+
+def test_a_model_without_linears_is_left_alone():
+    model = paddle.nn.Sequential(paddle.nn.ReLU())
+    with fp8_linears(model) as stats:
+        model(paddle.ones([2]))
+    assert stats.records == [] and stats.summary() == [] and stats.scalars() == {} and stats.worst() is None
+
+
+def test_record_off_keeps_the_stats_empty_and_the_results_equal():
+    model = lin(130, 4)
+    x = paddle.randn([3, 130])
+    with fp8_linears(model, "blockwise") as recorded:
+        a = model(x)
+    with fp8_linears(model, "blockwise", record=False) as silent:
+        b = model(x)
+    assert recorded.records and silent.records == []
+    assert np.array_equal(a.numpy(), b.numpy())
+    with pytest.raises(TypeError, match="record must be True or False. Received: record='no'"):
+        with fp8_linears(model, record="no"):
+            pass

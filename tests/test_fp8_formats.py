@@ -1,0 +1,92 @@
+"""FP8 rounding (paddle_amp_ext.fp8.formats) against ml_dtypes with CUDA's SATFINITE applied.
+
+The exhaustive check over all 2**32 float32 patterns is scripts/check_fp8_rounding.py (docs/fp8.md);
+here: every bfloat16 pattern and its float32 neighbours, the boundaries and the special values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+from paddle_amp_ext.fp8.formats import E4M3FN, E5M2, flushed, fp8_format, quantize, saturated  # noqa: E402
+
+REF = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+
+
+def reference(x, name):
+    spec = fp8_format(name)
+    ref = x.astype(REF[name]).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        clip = ~np.isnan(x) & (~np.isfinite(ref) | (np.abs(ref) > spec.max))
+    return np.where(clip, np.copysign(np.float32(spec.max), x), ref)
+
+
+def dense_patterns():
+    high = np.arange(1 << 16, dtype=np.uint32) << 16  # every bfloat16 pattern
+    around = [high + d for d in (0, 1, 2, 0x7FFF, 0x8000, 0x8001)] + [high - d for d in (1, 2)]
+    return np.concatenate(around).astype(np.uint32).view(np.float32)
+
+
+def boundaries(spec):
+    top, q = spec.max, spec.min_subnormal
+    ulp_top = 2.0 ** (np.floor(np.log2(top)) - spec.mantissa_bits)
+    values = [0.0, q, q / 2, q * 0.75, q * 1.5, q * 2.5, spec.min_normal, spec.min_normal - q / 2,
+              top, top + ulp_top / 2, top + ulp_top / 2 + ulp_top / 64, top + ulp_top, 2 * top,
+              3.4e38, float("inf"), float("nan")]
+    x = np.array(values, np.float32)
+    return np.concatenate([x, -x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(0))])
+
+
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2"])
+def test_matches_ml_dtypes_with_saturation_on_dense_set(name):
+    x = np.concatenate([dense_patterns(), boundaries(fp8_format(name))])
+    ours, ref = quantize(x, name), reference(x, name)
+    same = (ours.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(ours) & np.isnan(ref))
+    assert not (~same).any(), x[~same][:5]
+
+
+def test_cuda_saturation_values():
+    x = np.array([460, 464, 465, 479, 480, 1e30, np.inf, -np.inf, np.nan], np.float32)
+    got = quantize(x, "e4m3fn")
+    assert got[:8].tolist() == [448, 448, 448, 448, 448, 448, 448, -448]
+    assert np.isnan(got[8])
+    y = np.array([57344, 61439, 61440, 65536, np.inf, -3e38], np.float32)
+    assert quantize(y, "e5m2").tolist() == [57344, 57344, 57344, 57344, 57344, -57344]
+
+
+def test_subnormals_round_to_nearest_even_and_keep_zero_sign():
+    q = E4M3FN.min_subnormal  # 2**-9
+    got = quantize(np.array([q / 2, 3 * q / 2, 5 * q / 2, -q / 2, q / 2 + 2.0**-30], np.float32), "e4m3")
+    assert got.tolist() == [0.0, 2 * q, 2 * q, -0.0, q]
+    assert np.signbit(got[3])
+    assert quantize(np.array([2.0**-17, 2.0**-16], np.float32), E5M2).tolist() == [0.0, 2.0**-16]
+
+
+def test_saturated_and_flushed_masks():
+    x = np.array([0.0, 2.0**-10, 2.0**-9, 448.0, 464.0, 465.0, np.inf, np.nan], np.float32)
+    assert saturated(x).tolist() == [False, False, False, False, False, True, True, False]
+    assert saturated(np.array([61440.0, 61441.0], np.float32), "e5m2").tolist() == [False, True]
+    assert flushed(x).tolist() == [False, True, False, False, False, False, False, False]
+
+
+def test_does_not_modify_input():
+    x = np.array([1000.0, 0.3], np.float32)
+    quantize(x)
+    assert x.tolist() == [1000.0, np.float32(0.3)]
+
+
+def test_to_bits_is_the_inverse_of_the_decoding_and_keeps_nan():
+    from paddle_amp_ext.fp8.formats import to_bits
+
+    for name in ("e4m3fn", "e5m2"):
+        codes = np.arange(256, dtype=np.uint8)
+        values = codes.view(REF[name]).astype(np.float32)
+        finite = ~np.isnan(values) & np.isfinite(values)
+        assert np.array_equal(to_bits(values[finite], name), codes[finite])
+    assert to_bits(np.array([np.nan, -np.nan], np.float32), "e4m3fn").tolist() == [0x7F, 0xFF]
+    assert to_bits(np.array([np.nan], np.float32), "e5m2").tolist() == [0x7E]
+    with pytest.raises(ValueError, match=r"0\.3.* is not an e4m3fn value; round it with quantize\(\) first"):
+        to_bits(np.array([0.3], np.float32))
