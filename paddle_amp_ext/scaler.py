@@ -430,7 +430,6 @@ class GradScaler(PaddleGradScaler):
                             norm = stepped_norm
                 finally:
                     _APPLYING.reset(token)
-                self._last_lr = float(optimizer.get_lr())
         if enabled:
             _compat.mark_stepped(self, optimizer)
             if not self._policy.dynamic:
@@ -475,8 +474,6 @@ class GradScaler(PaddleGradScaler):
             _APPLYING.reset(token)
         if self.is_enable() and norm is not None:  # the agreed flag, where unscale_() leaves it
             _compat.set_found_flags(self, found=paddle.logical_not(paddle.isfinite(norm)))
-        if not skipped:
-            self._last_lr = float(optimizer.get_lr())
         return norm, skipped
 
     def _enter_plain_step(self, optimizer: Any) -> bool:
@@ -515,6 +512,7 @@ class GradScaler(PaddleGradScaler):
 
     def _close_step(self, optimizer: Any, skipped: bool) -> None:
         lrhold.note_step(optimizer, skipped)
+        self._last_lr = float(optimizer.get_lr())  # a host value, on a skipped step too (amp/lr on every step)
         self._found_since_update = self._found_since_update or skipped
         self._last_skipped = self._found_since_update
         self._stepped_since_update = True

@@ -10,7 +10,8 @@ rows are written (one ``write`` to the operating system) by whichever comes firs
   writes them;
 - ``flush()``, ``close()``, interpreter exit, SIGTERM and SIGINT (:mod:`.shutdown`).
 
-A step leaves the queue only once its bytes are in the file: a signal handler raising in the
+A forked child's copy of a writer keeps nothing (the parent writes the file). A step leaves
+the queue only once its bytes are in the file: a signal handler raising in the
 middle of a flush (a KeyboardInterrupt) loses nothing. A write that fails (a full disk, a
 file-size limit) keeps the encoded steps for a retry at the next flush; only those are bounded
 (:attr:`BatchedWriter.MAX_BACKLOG`, the oldest dropped first and counted); a healthy flush of
@@ -107,6 +108,7 @@ class BatchedWriter:
         self.dropped = 0  # steps given up on (backlog over its bound, or unwritten at close)
         self.closed = False
         self._pid = os.getpid()  # a forked child's copy never writes (the parent writes these steps)
+        self._inherited = False  # this is a forked child's copy (see forked())
         self._main = threading.main_thread().ident
         shutdown.register(self)
         flusher.watch(self)
@@ -129,8 +131,22 @@ class BatchedWriter:
         """Close this writer when ``owner`` (a hook) is garbage-collected without ``close()``."""
         weakref.finalize(owner, self.close).atexit = False  # exit is the registry's
 
+    def forked(self) -> None:
+        """In a forked child, right after the fork (:mod:`.shutdown`): this copy never writes (the
+        parent writes its file, and the steps queued at the fork), so it keeps nothing."""
+        self._inherited = True
+        self._queue, self._failed = [], 0
+        self._file.close()  # the child's copy of the descriptor (the parent's stays open, its lock held)
+
     def add(self, step: int, walltime_ms: int, rows: List[Row]) -> None:
-        """Buffer one step (one list append); flush at ``flush_every`` steps."""
+        """Buffer one step (one list append); flush at ``flush_every`` steps. In a forked child
+        the step is not kept (warned once, see :meth:`forked`)."""
+        if self._inherited:
+            warn_once(f"visualdl:forked:{id(self)}", "VisualDL hook: steps logged in process %d, a fork of process %d "
+                      "that owns %s, are not recorded (the parent writes that file; a copy in the child would "
+                      "interleave with it). Create the hook in the child for records of its own.", os.getpid(),
+                      self._pid, self.path)
+            return
         queue = self._queue
         queue.append((step, walltime_ms, rows))
         if threading.get_ident() == self._main:
@@ -166,6 +182,9 @@ class BatchedWriter:
     def close_now(self) -> None:
         """Flush, close the file and leave the exit registry (inside :func:`.shutdown.exclusive` only)."""
         if self.closed:
+            return
+        if self._inherited:  # the parent's file: nothing written here
+            self.closed = True
             return
         try:
             self.flush_now()
