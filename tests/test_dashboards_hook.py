@@ -66,7 +66,8 @@ def test_each_backend_records_what_visualdl_records_step_for_step(tmp_path, back
     assert set(other) == set(visualdl)
     for name in metrics.NAMES:
         assert as_float32(other[name]) == visualdl[name], name  # SwanLab and W&B keep float64: compared as float32
-    assert not (tmp_path / "home").exists() or backend == "wandb", os.listdir(tmp_path / "home")
+    outside = [str(p.relative_to(tmp_path / "home")) for p in (tmp_path / "home").rglob("*") if p.is_file()]
+    assert [p for p in outside if not p.startswith(".cache/paddle_amp_ext/")] == []  # the rehearsal's kernel cache
 
 
 @pytest.mark.slow
@@ -124,7 +125,7 @@ def test_tensorboard_server_serves_the_series_point_by_point(tmp_path):
         losses = json.loads(_get(query + urllib.parse.quote(metrics.LOSS.name))[1])
         scales = json.loads(_get(query + urllib.parse.quote(metrics.LOSS_SCALE.name))[1])
     assert [p[1] for p in losses] == [r[0] for r in reported]
-    np.testing.assert_allclose([p[2] for p in losses], [r[1] for r in reported], rtol=1e-6)  # inf as "Infinity"
+    np.testing.assert_allclose([float(p[2]) for p in losses], [r[1] for r in reported], rtol=1e-6)  # inf: "Infinity"
     assert [p[2] for p in scales] == [r[2] for r in reported]
 
 
@@ -197,10 +198,12 @@ def test_run_report_to_writes_tensorboard_records(tmp_path):
     (run,) = (tmp_path / "runs").iterdir()
     board = read_tensorboard(str(run))
     assert board == read_visualdl(str(run))
-    assert [v for _, v in board[metrics.LOSS_SCALE.name]] == [1024.0] * 3
+    assert [v for _, v in board[metrics.LOSS_SCALE.name]] == [1.0] * 3  # Paddle's CPU build: loss scaling off
+    assert [s for s, _ in board[metrics.LOSS.name]] == [0, 1, 2]
 
 
 def test_run_report_to_refuses_an_unknown_backend(tmp_path):
+    (tmp_path / "x.py").write_text("print('never run')\n")
     proc = subprocess.run([sys.executable, "-m", "paddle_amp_ext.run", "--report-to", "tensorbord", "x.py"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 2 and "Did you mean 'tensorboard'?" in proc.stderr
+    assert proc.returncode == 2 and "Did you mean 'tensorboard'?" in proc.stderr and "never run" not in proc.stdout

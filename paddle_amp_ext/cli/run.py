@@ -64,15 +64,15 @@ class LazyVisualDLHook:
     """A :class:`~paddle_amp_ext.VisualDLHook` made at the first step it is told of (a guard whose
     optimizer a scaler steps is never told: it leaves no empty run directory)."""
 
-    def __init__(self, logdir: str, on_made: Any) -> None:
-        self._logdir, self._on_made = logdir, on_made
+    def __init__(self, logdir: str, on_made: Any, report_to: Any = "visualdl") -> None:
+        self._logdir, self._on_made, self._report_to = logdir, on_made, report_to
         self.hook: Any = None
 
     def on_step(self, event: Any) -> None:
         if self.hook is None:
             from ..visualdl import VisualDLHook
 
-            self.hook = VisualDLHook(self._logdir)
+            self.hook = VisualDLHook(self._logdir, report_to=self._report_to)
             self._on_made(self.hook)
         self.hook.on_step(event)
 
@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help="an AmpConfig TOML/JSON file (op lists, dtype, scaler extras)")
     parser.add_argument("--logdir", default="runs", help="VisualDL logs: one run directory per scaler (default runs)")
     parser.add_argument("--no-log", action="store_true", help="no VisualDL hook")
+    parser.add_argument("--report-to", default="visualdl", metavar="NAMES",
+                        help="the dashboards the hooks write, comma-separated: visualdl (default), tensorboard, "
+                             "swanlab, wandb (offline runs), all in each run directory")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     parser.add_argument("--no-lr-hold", action="store_true",
                         help="let an LR scheduler advance on the script's lr.step() after a skipped optimizer step "
@@ -101,6 +104,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser
+
+
+def check_report_to(report_to: str) -> Tuple[str, ...]:
+    """``--report-to`` as backend names, or UsageError naming a bad or missing one (its extra)."""
+    from ..dashboards import backends
+
+    try:
+        names = backends.parse_report_to(report_to)
+        for name in names:
+            backends.require(name)
+    except (ValueError, TypeError, ImportError) as exc:
+        raise UsageError(f"--report-to {report_to!r}: {exc}") from None
+    return names
 
 
 def check_logdir(logdir: str) -> None:
@@ -216,7 +232,7 @@ class _Session:
         if self.logdir is not None:
             from ..visualdl import VisualDLHook
 
-            hook = new_scaler.add_hook(VisualDLHook(self.logdir))
+            hook = new_scaler.add_hook(VisualDLHook(self.logdir, report_to=self.args.report_to))
             self.hooks.append((os.getpid(), hook))
             logdir = hook.logdir
         summary = new_scaler.add_hook(ScalerSummary(logdir))
@@ -230,7 +246,7 @@ class _Session:
                 self.hooks.append((os.getpid(), hook))  # the process whose guard stepped first
                 summary.logdir = hook.logdir
 
-            guard.add_hook(LazyVisualDLHook(self.logdir, made))
+            guard.add_hook(LazyVisualDLHook(self.logdir, made, self.args.report_to))
         guard.add_hook(summary)
         if os.getpid() == self.pid:
             self.guard_summaries.append(summary)
@@ -254,6 +270,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         check_emulate(args.emulate, config, args.config)
         if not args.no_log:
             check_logdir(args.logdir)
+            args.report_to = check_report_to(args.report_to)
     except UsageError as exc:
         return fail(PROG, str(exc))
     except (OSError, ValueError, TypeError) as exc:

@@ -41,6 +41,7 @@ class LibraryRun:
         self.dir = directory
         self.name = name
         self.path = directory
+        self._pid = os.getpid()  # a forked child's copy never finishes the parent's run
         self._run: Any = self._open()
 
     def _open(self) -> Any:  # pragma: no cover - abstract
@@ -74,6 +75,9 @@ class LibraryRun:
     def close(self) -> None:
         """Finish the library's run (it writes what it buffered). Idempotent."""
         if self._run is None:
+            return
+        if os.getpid() != self._pid:  # a forked child (a DataLoader worker): the parent's run stays open
+            self._run = None
             return
         try:
             self._finish()
