@@ -4,23 +4,20 @@ server answering its scalars API on loopback, as VisualDL's does in test_visuald
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.parse
 import urllib.request
 
 import numpy as np
-import paddle
 import pytest
 from dashboard_readers import read_swanlab, read_tensorboard, read_visualdl, read_wandb
-from helpers import make_data, make_mlp
-from test_visualdl import _free_port, _get, train
+from helpers import serving
+from test_visualdl import _free_port, _get, hapi_fit, train
 
 import paddle_amp_ext as amp
 from paddle_amp_ext.dashboards import metrics
@@ -83,32 +80,11 @@ def test_every_backend_at_once_one_run_directory(tmp_path):
     assert sorted(os.listdir(tmp_path / "runs")) == ["all"]
 
 
-@contextlib.contextmanager
 def tensorboard_server(logdir: str):
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1",
-                             "--port", str(port), "--load_fast", "false", "--reload_interval", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                if _get(base + "/data/runs")[0] == 200 and json.loads(_get(base + "/data/runs")[1]):
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline or proc.poll() is not None:
-                raise AssertionError("tensorboard did not start: " + proc.stdout.read(2000).decode(errors="replace"))
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    command = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port),
+               "--load_fast", "false", "--reload_interval", "1"]
+    return serving("tensorboard", command, port, lambda base: bool(json.loads(_get(base + "/data/runs")[1])), 90)
 
 
 @pytest.mark.slow
@@ -131,17 +107,8 @@ def test_tensorboard_server_serves_the_series_point_by_point(tmp_path):
 
 def test_hapi_callback_reports_to_tensorboard(tmp_path):
     _needs("tensorboard")
-    from paddle.io import TensorDataset
-
-    x, y = make_data(n=32)
-    net = make_mlp(seed=1)
-    model = paddle.Model(net)
-    opt = paddle.optimizer.SGD(learning_rate=0.01, parameters=net.parameters())
-    model.prepare(opt, paddle.nn.MSELoss(), amp_configs={"level": "O1"})
-    model._scaler = amp.GradScaler(init_loss_scaling=256.0)  # hapi keeps a scaler already set
     callback = amp.VisualDLCallback(str(tmp_path / "hapi"), flush_every=2, report_to=["tensorboard", "visualdl"])
-    with amp.fp16_emulation(net, custom_black_list=["matmul"]):
-        model.fit(TensorDataset([x, y]), batch_size=8, epochs=1, verbose=0, callbacks=[callback])
+    hapi_fit(callback)
     callback.close()
     board, vdl = read_tensorboard(str(tmp_path / "hapi")), read_visualdl(str(tmp_path / "hapi"))
     assert board == vdl
