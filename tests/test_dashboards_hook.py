@@ -121,7 +121,7 @@ KILL_SCRIPT = textwrap.dedent('''
     import paddle
     import paddle_amp_ext as amp
     from paddle_amp_ext.events import StepEvent, StepResult
-    hook = amp.VisualDLHook(sys.argv[1], report_to="tensorboard", flush_every=1000, flush_secs=0.2)
+    hook = amp.VisualDLHook(sys.argv[1], report_to=sys.argv[3], flush_every=1000, flush_secs=0.2)
     for step in range(7):
         hook.on_step(StepEvent(step, paddle.to_tensor(float(step)), StepResult(False, 8.0), None, 8.0))
     if sys.argv[2] == "term":
@@ -131,16 +131,24 @@ KILL_SCRIPT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("how, status", [("kill", -signal.SIGKILL), ("term", -signal.SIGTERM)])
-def test_tensorboard_keeps_the_finished_steps_of_a_killed_job(tmp_path, how, status):
+@pytest.mark.parametrize("backend, how, status", [("tensorboard", "kill", -signal.SIGKILL),
+                                                  ("tensorboard", "term", -signal.SIGTERM),
+                                                  ("swanlab", "term", -signal.SIGTERM),
+                                                  ("wandb", "term", -signal.SIGTERM)])
+def test_the_finished_steps_of_a_killed_job_are_kept(tmp_path, backend, how, status):
+    """TensorBoard: the background flusher wrote every step (a SIGKILL loses none of them); SwanLab
+    and W&B: SIGTERM finishes their run, so what they buffered reaches the disk (whole steps,
+    the device values with the host ones)."""
+    _needs(backend)
     script = tmp_path / "train.py"
     script.write_text(KILL_SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(os.getcwd())] + sys.path))
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), how], capture_output=True, text=True,
-                          timeout=120, env=env)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), how, backend], capture_output=True,
+                          text=True, timeout=120, env=env)
     assert proc.returncode == status, proc.stderr
-    data = read_tensorboard(str(tmp_path / "run"))
+    data = READERS[backend](str(tmp_path / "run"))
     assert data[metrics.LOSS.name] == [(s, float(s)) for s in range(7)]
+    assert data[metrics.LOSS_SCALE.name] == [(s, 8.0) for s in range(7)]
 
 
 def test_run_report_to_writes_tensorboard_records(tmp_path):

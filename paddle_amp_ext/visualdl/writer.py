@@ -169,6 +169,16 @@ class BatchedWriter:
         ``write`` (inside :func:`.shutdown.exclusive` only)."""
         self._write(self._encode_stacked)
 
+    def flush_on_signal(self) -> None:
+        """:meth:`flush_now` for SIGTERM and SIGINT; a library's run (SwanLab, W&B), which writes
+        its buffer only when finished, is finished too: the signal usually ends the process, and
+        the steps after it (if the script goes on) find the run finished and wait in memory
+        (inside :func:`.shutdown.exclusive` only)."""
+        self.flush_now()
+        signalled = getattr(self._file, "signalled", None)
+        if signalled is not None and os.getpid() == self._pid:
+            signalled()
+
     def flush_background(self) -> None:
         """The flusher's write (inside :func:`.shutdown.exclusive`): host rows first, then the
         device values, read in this thread (one stack and one read per shape and dtype; Paddle
@@ -248,7 +258,10 @@ class BatchedWriter:
         self._failed = 0
 
     def _write_host_rows(self) -> None:
-        """Write the host rows of waiting steps that also have device rows; keep only the device rows queued."""
+        """Write the host rows of waiting steps that also have device rows; keep only the device rows queued.
+        Not for a target that takes each step once (a library's run: W&B drops a step logged again)."""
+        if getattr(self._file, "whole_steps", False):
+            return
         count = len(self._queue)
         split = [(i, entry) for i, entry in enumerate(self._queue[:count])
                  if not isinstance(entry, bytes) and any(_is_device(v) for _, v in entry[2])
