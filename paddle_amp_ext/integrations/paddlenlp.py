@@ -201,7 +201,9 @@ class AmpCallback(TrainerCallback):
         to its training ``logs`` (keys from the metric registry; not to evaluation logs).
 
         Args:
-            args, state, control: the Trainer's.
+            args: the Trainer's arguments.
+            state: the Trainer's state.
+            control: the Trainer's control.
             logs: the Trainer's logs of this step (changed in place).
         """
         source = self._source
