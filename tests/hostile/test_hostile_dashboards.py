@@ -73,6 +73,14 @@ def test_require_names_the_extra_of_a_missing_library(monkeypatch):
     backends.require("tensorboard")  # written without a library
 
 
+@pytest.mark.parametrize("name", ["visual_dl", "", "VISUALDL"])
+def test_backend_lookup_of_an_unparsed_name_names_the_known_ones(name):
+    with pytest.raises(ValueError, match=r"Unknown dashboard .* Expected one of \['visualdl', 'tensorboard'"):
+        backends.backend(name)
+    with pytest.raises(ValueError, match="Unknown dashboard"):
+        backends.require(name)
+
+
 @pytest.mark.parametrize("name", ["amp/los", "loss_scale", "", None, 3, ["amp/loss"]])
 def test_unknown_metric_names_the_registered_ones(name):
     with pytest.raises(KeyError, match=r"is not an AMP metric\. Expected one of \['amp/loss', "):
