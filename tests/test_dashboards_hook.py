@@ -124,6 +124,8 @@ KILL_SCRIPT = textwrap.dedent('''
     hook = amp.VisualDLHook(sys.argv[1], report_to=sys.argv[3], flush_every=1000, flush_secs=0.2)
     for step in range(7):
         hook.on_step(StepEvent(step, paddle.to_tensor(float(step)), StepResult(False, 8.0), None, 8.0))
+    if sys.argv[2] == "exit":  # at once, before the background flusher's first write: exit flushes
+        sys.exit(0)
     if sys.argv[2] == "term":
         os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(1.0)  # the background flusher writes every finished step within flush_secs
@@ -134,11 +136,13 @@ KILL_SCRIPT = textwrap.dedent('''
 @pytest.mark.parametrize("backend, how, status", [("tensorboard", "kill", -signal.SIGKILL),
                                                   ("tensorboard", "term", -signal.SIGTERM),
                                                   ("swanlab", "term", -signal.SIGTERM),
-                                                  ("wandb", "term", -signal.SIGTERM)])
+                                                  ("wandb", "term", -signal.SIGTERM),
+                                                  ("tensorboard", "exit", 0), ("swanlab", "exit", 0),
+                                                  ("wandb", "exit", 0)])
 def test_the_finished_steps_of_a_killed_job_are_kept(tmp_path, backend, how, status):
     """TensorBoard: the background flusher wrote every step (a SIGKILL loses none of them); SwanLab
     and W&B: SIGTERM finishes their run, so what they buffered reaches the disk (whole steps,
-    the device values with the host ones)."""
+    the device values with the host ones); a plain exit right after the last step flushes all."""
     _needs(backend)
     script = tmp_path / "train.py"
     script.write_text(KILL_SCRIPT)
