@@ -62,15 +62,16 @@ def test_every_public_submodule_has_its_page():
     for module in ("paddle_amp_ext.distributed", "paddle_amp_ext.integrations.paddlenlp",
                    "paddle_amp_ext.integrations.paddleformers", "paddle_amp_ext.integrations.hapi",
                    "paddle_amp_ext.visualdl", "paddle_amp_ext.rehearsal", "paddle_amp_ext.debugging",
-                   "paddle_amp_ext.verify"):
+                   "paddle_amp_ext.verify", "paddle_amp_ext.dashboards"):
         assert f"::: {module}" in text, module
+    import paddle_amp_ext.dashboards as dashboards
     import paddle_amp_ext.distributed as distributed
     import paddle_amp_ext.rehearsal as rehearsal
     import paddle_amp_ext.verify as verify
     import paddle_amp_ext.visualdl as visualdl
 
     documented = _documented()
-    for sub in (distributed, rehearsal, verify, visualdl):
+    for sub in (dashboards, distributed, rehearsal, verify, visualdl):
         assert [n for n in sub.__all__ if n not in documented] == [], sub.__name__
 
 
