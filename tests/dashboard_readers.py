@@ -71,16 +71,30 @@ def _leveldb_records(path: str):
             pending = b""
 
 
-def read_wandb(logdir: str) -> dict:
-    """W&B's offline transaction log, parsed with W&B's own record definitions (``wandb_internal_pb2``)."""
+def read_wandb(logdir: str, timeout: float = 30.0) -> dict:
+    """W&B's offline transaction log, parsed with W&B's own record definitions (``wandb_internal_pb2``).
+
+    ``run.finish()`` returns before W&B's service process has written the end of the log (measured
+    with wandb 0.31.0): wait for its last record, ``exit``, up to ``timeout`` seconds.
+    """
     import json
+    import time
 
     from wandb.proto.wandb_internal_pb2 import Record
 
+    path = _one(os.path.join(logdir, "**", "offline-run-*", "run-*.wandb"))
+    deadline = time.monotonic() + timeout
+    while True:
+        records = []
+        for data in _leveldb_records(path):
+            record = Record()
+            record.ParseFromString(data)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     out: dict = {}
-    for data in _leveldb_records(_one(os.path.join(logdir, "**", "offline-run-*", "run-*.wandb"))):
-        record = Record()
-        record.ParseFromString(data)
+    for record in records:
         if record.WhichOneof("record_type") != "history":
             continue
         items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}

@@ -46,7 +46,9 @@ DEFAULT = ("visualdl",)
 
 
 def backend(name: str) -> Backend:
-    """The backend called ``name`` (one of :data:`NAMES`)."""
+    """The backend called ``name`` (one of :data:`NAMES`), or ValueError naming the known ones."""
+    if name not in NAMES:
+        raise _unknown(name)
     return BACKENDS[NAMES.index(name)]
 
 

@@ -36,11 +36,14 @@ class LibraryRun:
 
     #: the library's name, for messages
     library = ""
+    #: each step is handed on once, whole (W&B drops a step logged again after a later one)
+    whole_steps = True
 
     def __init__(self, directory: str, name: str) -> None:
         self.dir = directory
         self.name = name
         self.path = directory
+        self._pid = os.getpid()  # a forked child's copy never finishes the parent's run
         self._run: Any = self._open()
 
     def _open(self) -> Any:  # pragma: no cover - abstract
@@ -71,9 +74,20 @@ class LibraryRun:
     def reopen(self) -> str:  # pragma: no cover - removed() is never True
         return self.path
 
+    def signalled(self) -> None:
+        """SIGTERM or SIGINT arrived (the steps were just handed on): finish the run, which is
+        when the library writes what it buffered, before the signal ends the process."""
+        logger.warning("%s: the run in %s is finished on the signal, so its buffered steps reach the disk; steps "
+                       "logged after it, if the process goes on, are not sent to %s.", self.library, self.dir,
+                       self.library)
+        self.close()
+
     def close(self) -> None:
         """Finish the library's run (it writes what it buffered). Idempotent."""
         if self._run is None:
+            return
+        if os.getpid() != self._pid:  # a forked child (a DataLoader worker): the parent's run stays open
+            self._run = None
             return
         try:
             self._finish()

@@ -39,7 +39,7 @@ class Metric:
 
 
 LOSS = Metric("amp/loss", "the unscaled loss given to scale() (or to guard.record_loss()); a loss of N values is "
-              "recorded as its mean", "loss", "every step that has a loss (not on a guard without record_loss)")
+              "recorded as its mean; beyond float32's range: inf in VisualDL and TensorBoard", "loss", "every step that has a loss (not on a guard without record_loss)")
 LOSS_SCALE = Metric("amp/loss_scale", "the raw loss scale of the step, the number to compare with 65536 or 32768",
                     "1", "every step (1.0 without loss scaling)", trainer_key="loss_scale")
 LOG2_LOSS_SCALE = Metric("amp/log2_loss_scale", "log2 of the loss scale (16 for 2**16): a readable staircase where "
@@ -50,8 +50,8 @@ SKIPPED_STEPS = Metric("amp/skipped_steps", "steps skipped so far (inf/nan gradi
 GRAD_NORM = Metric("amp/grad_norm", "the unscaled global gradient norm", "1",
                    "steps whose scaler computed it (step(grad_clip=...) or scaler.record_grad_norm = True)",
                    trainer_key="grad_norm")
-LR = Metric("amp/lr", "the learning rate the optimizer stepped with", "1", "every step whose optimizer is known "
-            "(not on a skipped step, whose update did not happen)")
+LR = Metric("amp/lr", "the learning rate the optimizer holds", "1", "every step whose optimizer is known, skipped "
+            "steps too")
 
 #: Every metric, in the order the dashboards show them (loss first).
 METRICS: Tuple[Metric, ...] = (LOSS, LOSS_SCALE, LOG2_LOSS_SCALE, SKIPPED_STEPS, GRAD_NORM, LR)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 
 import pytest
 
+import paddle_amp_ext as amp
 from paddle_amp_ext.dashboards import backends, metrics
 from paddle_amp_ext.dashboards import tensorboard as tb
 from paddle_amp_ext.dashboards._wire import float32_bytes, varint
@@ -69,6 +71,14 @@ def test_require_names_the_extra_of_a_missing_library(monkeypatch):
     with pytest.raises(ImportError, match=r"VisualDL hooks need VisualDL: pip install 'paddle-amp-ext\[visualdl\]'"):
         backends.require("visualdl")
     backends.require("tensorboard")  # written without a library
+
+
+@pytest.mark.parametrize("name", ["visual_dl", "", "VISUALDL"])
+def test_backend_lookup_of_an_unparsed_name_names_the_known_ones(name):
+    with pytest.raises(ValueError, match=r"Unknown dashboard .* Expected one of \['visualdl', 'tensorboard'"):
+        backends.backend(name)
+    with pytest.raises(ValueError, match="Unknown dashboard"):
+        backends.require(name)
 
 
 @pytest.mark.parametrize("name", ["amp/los", "loss_scale", "", None, 3, ["amp/loss"]])
@@ -153,3 +163,82 @@ def test_float32_bytes_names_a_value_that_is_not_a_number(value):
 def test_varint_of_negative_and_oversized_ints_is_64_bit():
     assert varint(-1) == b"\xff" * 9 + b"\x01"
     assert varint(2**64 + 5) == varint(5)
+
+
+# ---------------------------------------------------------------- report_to on the hook and callbacks
+
+
+@pytest.mark.parametrize("report_to, error", [("tensorbord", ValueError), (["visualdl", 3], TypeError),
+                                              ({"visualdl"}, TypeError), ("", ValueError), ("none", ValueError)])
+def test_a_bad_report_to_is_refused_before_anything_is_created(tmp_path, report_to, error):
+    with pytest.raises(error, match="report_to"):
+        amp.VisualDLHook(str(tmp_path / "runs"), report_to=report_to)
+    with pytest.raises(error, match="report_to"):
+        amp.VisualDLCallback(str(tmp_path / "runs"), report_to=report_to)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_library_is_named_before_any_directory_is_made(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "swanlab" else real(name, *a))
+    with pytest.raises(ImportError, match=r"report_to='swanlab' needs swanlab: pip install 'paddle-amp-ext\[swanlab\]'"):
+        amp.VisualDLHook(str(tmp_path / "runs"), report_to=["visualdl", "swanlab"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_backend_failing_to_open_closes_the_ones_opened_before(tmp_path, monkeypatch):
+    from paddle_amp_ext.visualdl import shutdown, writer
+
+    real = writer.open_target
+
+    def failing(name, *args):
+        if name == "tensorboard":
+            raise RuntimeError("the library refused to start")
+        return real(name, *args)
+
+    monkeypatch.setattr(writer, "open_target", failing)
+    before = set(shutdown._open)
+    with pytest.raises(RuntimeError, match="the library refused to start"):
+        amp.VisualDLHook(str(tmp_path / "runs"), report_to=["visualdl", "tensorboard"], run_name="r")
+    assert set(shutdown._open) == before, "the VisualDL writer opened first is closed, not left registered"
+    assert [p.name for p in (tmp_path / "runs" / "r").iterdir()][0].startswith("vdlrecords.")
+
+
+def test_two_backends_read_each_device_value_once(tmp_path, monkeypatch):
+    import paddle
+
+    from paddle_amp_ext.events import StepEvent, StepResult
+
+    reads = []
+    real = paddle.Tensor.numpy
+    monkeypatch.setattr(paddle.Tensor, "numpy", lambda self, *a, **k: reads.append(1) or real(self, *a, **k))
+    hook = amp.VisualDLHook(str(tmp_path), report_to=["visualdl", "tensorboard"], flush_every=4,
+                            flush_secs=float("inf"), run_name="r")
+    for step in range(8):
+        hook.on_step(StepEvent(step, paddle.to_tensor(float(step)), StepResult(False, 8.0), 0.1, 8.0))
+    hook.close()
+    assert len(reads) == 2, "one stacked read per flush of 4 steps, shared by both backends"
+    from dashboard_readers import read_tensorboard, read_visualdl
+
+    assert read_tensorboard(hook.logdir) == read_visualdl(hook.logdir)
+    assert [v for _, v in read_visualdl(hook.logdir)["amp/loss"]] == [float(s) for s in range(8)]
+
+
+def test_a_forked_child_never_finishes_the_parents_library_run(tmp_path):
+    marker = tmp_path / "finished-in"
+
+    class Marking(_Recording):
+        def _finish(self):
+            marker.write_text(str(os.getpid()))
+
+    run = Marking(str(tmp_path), "r")
+    pid = os.fork()
+    if pid == 0:  # the child: a DataLoader worker that exits through the same objects
+        run.close()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert not marker.exists(), "the child finished the parent's run"
+    run.close()
+    assert marker.read_text() == str(os.getpid())
