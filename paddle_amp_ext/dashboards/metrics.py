@@ -39,7 +39,8 @@ class Metric:
 
 
 LOSS = Metric("amp/loss", "the unscaled loss given to scale() (or to guard.record_loss()); a loss of N values is "
-              "recorded as its mean; beyond float32's range: inf in VisualDL and TensorBoard", "loss", "every step that has a loss (not on a guard without record_loss)")
+              "recorded as its mean; beyond float32's range: inf in VisualDL and TensorBoard", "loss",
+              "every step that has a loss (not on a guard without record_loss)")
 LOSS_SCALE = Metric("amp/loss_scale", "the raw loss scale of the step, the number to compare with 65536 or 32768",
                     "1", "every step (1.0 without loss scaling)", trainer_key="loss_scale")
 LOG2_LOSS_SCALE = Metric("amp/log2_loss_scale", "log2 of the loss scale (16 for 2**16): a readable staircase where "
