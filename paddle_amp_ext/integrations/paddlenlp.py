@@ -56,7 +56,7 @@ def _trainers_scaler() -> Optional[GradScaler]:
     ``scale()``. It is the one scaler the active routing built that is alive, else the one of them
     that has not stepped yet; None when that is not one scaler (the hook then attaches at
     ``on_optimizer_begin``, and the first step's ``amp/loss`` is not logged)."""
-    from .routing import active_routing
+    from ..run.routing import active_routing
 
     routing = active_routing()
     built = routing.scalers if routing is not None else []
