@@ -52,7 +52,8 @@ class StepEvent:
             ``Replicate`` (tensor parallel), the rank's own loss where it is ``Partial``
             (data parallel: as under fleet, rank 0's ``amp/loss`` is rank 0's own loss).
         result: the StepResult of the last ``step()`` in this iteration.
-        lr: the learning rate of the last stepped optimizer, when known.
+        lr: the learning rate of the last optimizer given to ``step()`` (on a skipped step too:
+            the rate it holds), a host value; None before the first ``step()``.
         next_loss_scale: the scale the next iteration will use.
     """
 

@@ -233,7 +233,6 @@ class StepPath:
                 stepped_norm = self._apply_step(optimizer, in_step, clip, parameters, strategy)
         finally:
             _APPLYING.reset(token)
-        self._last_lr = float(optimizer.get_lr())
         return out, stepped_norm
 
     def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, judged: List[Pair], in_step: bool) -> bool:
@@ -273,8 +272,6 @@ class StepPath:
             _APPLYING.reset(token)
         if self.is_enable() and norm is not None:  # the agreed flag, where unscale_() leaves it
             _compat.set_found_flags(self, found=paddle.logical_not(paddle.isfinite(norm)))
-        if not skipped:
-            self._last_lr = float(optimizer.get_lr())
         return norm, skipped
 
     def _check_plain_step(self, optimizer: Any) -> None:
@@ -310,6 +307,7 @@ class StepPath:
 
     def _close_step(self, optimizer: Any, skipped: bool) -> None:
         lrhold.note_step(optimizer, skipped)
+        self._last_lr = float(optimizer.get_lr())  # a host value, on a skipped step too (amp/lr on every step)
         self._found_since_update = self._found_since_update or skipped
         self._last_skipped = self._found_since_update
         self._stepped_since_update = True

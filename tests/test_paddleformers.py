@@ -10,6 +10,7 @@ step 2; and bf16 under routing alone (no AmpCallback), guarded by the routing.
 from __future__ import annotations
 
 import glob
+import math
 import os
 
 import pytest
@@ -72,6 +73,17 @@ def test_amp_tags_sit_next_to_the_trainers_visualdl_logs(trainer_run):
     tags, skips = _scalars(logging_dir, "amp/skipped_steps")
     assert {"amp/loss", "amp/log2_loss_scale", "amp/skipped_steps", "amp/lr"} <= tags, "the PaddleNLP test's tags"
     assert skips == [(0, 0.0), (1, 1.0), (2, 1.0), (3, 1.0), (4, 2.0), (5, 2.0), (6, 2.0), (7, 2.0)]
+
+
+@pytest.mark.slow
+def test_every_tag_has_every_step_the_first_loss_included(trainer_run):
+    """The hook is attached when training begins, before the first step's scale(); the lr is logged
+    on the skipped steps too."""
+    logging_dir = os.path.join(trainer_run[2], trainer_run[0]["fp16"]["logging_dir"])
+    for tag in ("amp/loss", "amp/loss_scale", "amp/log2_loss_scale", "amp/skipped_steps", "amp/lr"):
+        _, points = _scalars(logging_dir, tag)
+        assert [step for step, _ in points] == list(range(8)), tag
+        assert all(math.isfinite(value) for _, value in points), (tag, points)
 
 
 @pytest.mark.slow

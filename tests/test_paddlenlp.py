@@ -8,6 +8,7 @@ under fp16 rehearsal with an injected overflow at optimizer steps 2 and 5.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -57,6 +58,20 @@ def test_amp_tags_sit_next_to_the_trainers_visualdl_logs(trainer_run):
     assert skips == [(0, 0.0), (1, 1.0), (2, 1.0), (3, 1.0), (4, 2.0), (5, 2.0), (6, 2.0), (7, 2.0)]
     scales = [(d.id, d.value) for d in reader.get_data("scalar", "amp/loss_scale")]  # the raw scale, halved per skip
     assert scales == [(0, 1024.0), (1, 1024.0), (2, 512.0), (3, 512.0), (4, 512.0), (5, 256.0), (6, 256.0), (7, 256.0)]
+
+
+@pytest.mark.slow
+def test_every_tag_has_every_step_the_first_loss_included(trainer_run):
+    """The hook is attached when training begins, before the first step's scale(); the lr is logged
+    on the skipped steps too."""
+    from visualdl import LogReader
+
+    (ours,) = glob.glob(os.path.join(trainer_run[0]["logging_dir"], "*", "vdlrecords.*"))
+    reader = LogReader(file_path=ours)
+    for tag in ("amp/loss", "amp/loss_scale", "amp/log2_loss_scale", "amp/skipped_steps", "amp/lr"):
+        points = [(d.id, d.value) for d in reader.get_data("scalar", tag)]
+        assert [step for step, _ in points] == list(range(8)), tag
+        assert all(math.isfinite(value) for _, value in points), (tag, points)
 
 
 @pytest.mark.slow

@@ -4,7 +4,9 @@ VisualDL 2.5.3 answers HTTP 500 on ``/app/index`` to clients whose Accept-Langua
 English nor Chinese (curl sends none), and posts telemetry to an outside host with no timeout.
 ``--language en --disable-telemetry`` fixes both; this launcher always passes them. It also
 checks what VisualDL would only print before hanging: a port out of range or already in use
-exits 2 with the reason. The dashboard has no authentication: it binds 127.0.0.1 unless
+exits 2 with the reason. A record file a killed writer left ending in a partial record (which
+VisualDL would reject whole) is cut back to its last whole record first
+(:func:`paddle_amp_ext.visualdl.repair_records`). The dashboard has no authentication: it binds 127.0.0.1 unless
 ``--host`` says otherwise.
 """
 
@@ -18,6 +20,7 @@ import socket
 import sys
 from typing import List, Optional, Sequence
 
+from ..visualdl.records import repair_records
 from . import OK, UsageError, fail, parse
 
 PROG = "python -m paddle_amp_ext.visualdl_serve"
@@ -74,6 +77,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not os.path.isdir(args.logdir):
         print(f"{PROG}: warning: --logdir {args.logdir!r} does not exist yet: the dashboard stays empty until a "
               "run writes there.", file=sys.stderr)
+    for path in repair_records(args.logdir):
+        print(f"{PROG}: repaired {path}: it ended in a partial record (its writer was killed in the middle of a "
+              "write), which VisualDL would reject whole; cut back to its last whole record.", file=sys.stderr)
     print(f"Serving {args.logdir} at http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
     os.execv(cmd[0], cmd)
     return OK  # pragma: no cover - execv does not return

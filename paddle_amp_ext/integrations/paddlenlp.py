@@ -48,6 +48,21 @@ def _trainer_callback_class() -> type:
 TrainerCallback = _trainer_callback_class()
 
 
+def _trainers_scaler() -> Optional[GradScaler]:
+    """The GradScaler a Trainer with ``fp16=True`` built, when it can be told before training: the
+    Trainers hand their scaler to callbacks only at ``on_optimizer_begin``, after the first step's
+    ``scale()``. It is the one scaler the active routing built that is alive, else the one of them
+    that has not stepped yet; None when that is not one scaler (the hook then attaches at
+    ``on_optimizer_begin``, and the first step's ``amp/loss`` is not logged)."""
+    from .routing import active_routing
+
+    routing = active_routing()
+    built = routing.scalers if routing is not None else []
+    if len(built) > 1:
+        built = [scaler for scaler in built if scaler.last_result is None]
+    return built[0] if len(built) == 1 else None
+
+
 class AmpCallback(TrainerCallback):
     """The AMP tags for the Trainer's steps, and the non-finite guard where the Trainer has no scaler.
 
@@ -61,7 +76,9 @@ class AmpCallback(TrainerCallback):
     hook to the guard; both are undone at the end of training. A guard the user put on the
     optimizer before is used as it is (its settings kept) and left in place at the end: only
     the hook and the scheduler hold the callback added are removed. ``amp/loss`` is not logged there
-    (no scaler sees the loss).
+    (no scaler sees the loss). With a scaler the hook is attached when training begins, so
+    ``amp/loss`` starts at the first step (the routing's scaler; a scaler it cannot tell apart from
+    others is attached at the first ``on_optimizer_begin``, after that step's loss).
 
     Args:
         logdir: where the hook writes its run directory; default the Trainer's
@@ -84,6 +101,14 @@ class AmpCallback(TrainerCallback):
         self._owns_guard = False  # whether this callback installed it (and so removes it at train end)
         self._source: Any = None  # the scaler or guard the hook is attached to
         self._held: Any = None  # (scheduler, its replaced step) while held
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Attach the hook to the Trainer's scaler before the first step's ``scale()`` (so ``amp/loss``
+        has the first step too), where that scaler can be told: see :func:`_trainers_scaler`."""
+        if self._source is None and getattr(args, "fp16", False):
+            scaler = _trainers_scaler()
+            if scaler is not None:
+                self._attach(scaler, args)
 
     def on_optimizer_begin(self, args: Any, state: Any, control: Any, scaler: Any = None, **kwargs: Any) -> None:
         if scaler is None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 from .callback import VisualDLCallback
 from .hook import TAGS, VisualDLHook, run_directory_name
 from .records import ScalarEncoder as _ScalarEncoder  # noqa: F401 - private names, importable here as before
+from .records import repair_records
 from .writer import BatchedWriter as _BatchedWriter  # noqa: F401
 
-__all__ = ["TAGS", "VisualDLCallback", "VisualDLHook", "run_directory_name"]
+__all__ = ["TAGS", "VisualDLCallback", "VisualDLHook", "repair_records", "run_directory_name"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import os
 import time
 from typing import Any, List, Optional, Tuple
@@ -13,6 +14,7 @@ import paddle
 from .. import _compat
 from .._log import logger, warn_once
 from ..events import StepEvent
+from . import records
 from .writer import BatchedWriter, Row
 
 #: Every tag a hook writes, in the order VisualDL's ``amp`` group shows them.
@@ -68,8 +70,8 @@ def _log_dir(logdir: Any, all_ranks: bool, run_name: Optional[str] = None) -> Op
         raise ValueError(f"run_name must be a directory name (no {os.sep!r}), '' for logdir itself, or None for a "
                          f"new timestamped run. Received: run_name={run_name!r}")
     if world > 1 and all_ranks:
-        return logdir, _free_run(logdir, [run_name, f"rank{rank}"] if run_name else [f"rank{rank}"])
-    return (logdir, _free_run(logdir, [run_name] if run_name else [])) if rank == 0 else None
+        return logdir, [run_name, f"rank{rank}"] if run_name else [f"rank{rank}"]
+    return (logdir, [run_name] if run_name else []) if rank == 0 else None
 
 
 def _has_records(path: str) -> bool:
@@ -106,8 +108,11 @@ def open_writer(owner: Any, logdir: Any, all_ranks: bool, run_name: Optional[str
                 flush_secs: float, filename_suffix: str = "") -> Optional[BatchedWriter]:
     """The writer ``owner`` logs to (None on ranks that do not log), closed when ``owner`` is
     garbage-collected or at exit, whichever comes first; ``owner.logdir`` is set."""
-    where = _log_dir(logdir, all_ranks, run_name)
-    out = BatchedWriter(where[0], flush_every, flush_secs, filename_suffix, where[1]) if where else None
+    where = _log_dir(logdir, all_ranks, run_name)  # any collective before the lock: ranks share hosts
+    out = None
+    if where is not None:
+        with records.creating_in(where[0]):  # the check for records and the file's creation: one at a time
+            out = BatchedWriter(where[0], flush_every, flush_secs, filename_suffix, _free_run(*where))
     if out is not None:
         out.close_with(owner)
         logger.info("VisualDL: logging to %s (serve with: python -m paddle_amp_ext.visualdl_serve --logdir %s)",
@@ -142,6 +147,26 @@ def scale_rows(loss_scale: float) -> List[Row]:
     """``amp/loss_scale`` (raw, e.g. 65536) and ``amp/log2_loss_scale`` (16) for a host scale."""
     return [("amp/loss_scale", loss_scale), ("amp/log2_loss_scale", math.log2(loss_scale) if loss_scale > 0 else
                                               float("-inf"))]
+
+
+#: the largest step VisualDL's ``Value.id`` (an int64) holds
+MAX_STEP = 2**63 - 1
+
+
+def checked_step(step: Any) -> int:
+    """``step`` as VisualDL's step id (an int >= 0), or a TypeError/ValueError naming it.
+
+    Raises:
+        TypeError: ``step`` is not an int (a bool, a float, a tensor).
+        ValueError: ``step`` is negative or beyond int64.
+    """
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+        raise TypeError(f"StepEvent.step must be an int >= 0 (the 0-based iteration VisualDL plots on its x axis). "
+                        f"Received: step={step!r} (of type {type(step).__name__})")
+    if not 0 <= step <= MAX_STEP:
+        raise ValueError(f"StepEvent.step must be an int from 0 to {MAX_STEP} (the 0-based iteration VisualDL plots "
+                         f"on its x axis, an int64). Received: step={step!r}. Count iterations from 0.")
+    return int(step)
 
 
 class VisualDLHook(NotCopyable):
@@ -204,6 +229,9 @@ class VisualDLHook(NotCopyable):
 
         Args:
             event: the scaler's or guard's :class:`paddle_amp_ext.StepEvent`.
+
+        Raises:
+            TypeError, ValueError: ``event.step`` is not an int >= 0 (nothing is buffered).
         """
         if self._closed:
             warn_once(f"visualdl:closed:{id(self)}", "VisualDLHook(%r).on_step after close(): step %d and later "
@@ -212,6 +240,9 @@ class VisualDLHook(NotCopyable):
             return
         if not self.active:
             return
+        step = event.step
+        if step.__class__ is not int or not 0 <= step <= MAX_STEP:
+            step = checked_step(step)
         result = event.result
         self._skipped += result.skipped
         rows: List[Row] = [] if event.loss is None else [("amp/loss", self._loss(event.loss))]
@@ -222,7 +253,7 @@ class VisualDLHook(NotCopyable):
             rows.append(("amp/grad_norm", _compat.local_value(result.grad_norm)))
         if event.lr is not None:
             rows.append(("amp/lr", event.lr))
-        self._out.add(event.step, int(time.time() * 1000), rows)
+        self._out.add(step, int(time.time() * 1000), rows)
 
     def _loss(self, loss: Any) -> Any:
         """The loss as logged: a loss of N elements is recorded as its mean (no kernel, no sync here:

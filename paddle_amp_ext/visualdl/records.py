@@ -13,14 +13,23 @@ file a hook writes outside its logdir (and fails where ``$HOME`` is not writable
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
+import math
+import numbers
 import os
+import stat
 import struct
 import time
-from typing import List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from .._log import logger
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no locks (no file is repaired, creations are not serialized)
+    fcntl = None  # type: ignore[assignment]
 
 
 def require_visualdl() -> None:
@@ -33,7 +42,13 @@ def require_visualdl() -> None:
         raise ImportError("VisualDL hooks need VisualDL: pip install 'paddle-amp-ext[visualdl]'")
 
 
+_UINT64 = (1 << 64) - 1
+
+
 def _varint(value: int) -> bytes:
+    """``value`` as protobuf's varint: a negative int as its 64-bit two's complement (10 bytes), as
+    protobuf encodes an int64 (so this always ends); only the low 64 bits of a larger int are kept."""
+    value &= _UINT64
     out = bytearray()
     while True:
         low = value & 0x7F
@@ -45,7 +60,20 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-_FLOAT32 = struct.Struct("<f").pack
+_PACK_FLOAT32 = struct.Struct("<f").pack
+_INF32, _NEG_INF32 = _PACK_FLOAT32(math.inf), _PACK_FLOAT32(-math.inf)
+
+
+def _float32(value: float) -> bytes:
+    """``value`` as a little-endian float32, as protobuf stores a ``float`` field: a finite value
+    beyond float32's range (a float64 loss of 1e39) becomes +-inf, NaN and inf stay what they are."""
+    try:
+        return _PACK_FLOAT32(value)
+    except (OverflowError, struct.error):  # a finite value that rounds past float32's largest, an int past float64's
+        if isinstance(value, numbers.Real):
+            return _INF32 if value > 0 else _NEG_INF32
+        raise TypeError(f"A recorded value must be a real number. Received: {value!r} "
+                        f"(of type {type(value).__name__})") from None
 
 
 def _framed(value: bytes) -> bytes:
@@ -89,7 +117,7 @@ class ScalarEncoder:
             parts = frames.get((tag, size))
             if parts is None:
                 parts = frames[(tag, size)] = self._frame(tag, size)
-            out += (parts[0], head, parts[1], tail, _FLOAT32(value))
+            out += (parts[0], head, parts[1], tail, _float32(value))
         return b"".join(out)
 
 
@@ -172,6 +200,9 @@ class RecordFile:
     def _open_new(self) -> None:
         dir_fd = open_run_dir(self._base, self._parts)
         try:
+            for entry in os.listdir(dir_fd):  # a file a killed writer left torn here: whole again
+                if entry.startswith("vdlrecords."):
+                    repair(entry, dir_fd, os.path.join(self.dir, entry))
             stamp = f"vdlrecords.{int(time.time()):010d}.log"
             names = [stamp + self._suffix] + [f"{stamp}{self._suffix}.{os.getpid()}.{n}" for n in range(100)]
             for name in names:  # two writers in one second and directory, or a planted entry: another name
@@ -186,6 +217,7 @@ class RecordFile:
             os.close(dir_fd)
         self.path = os.path.join(self.dir, name)
         self._fd, self._good = fd, 0
+        _lock(fd, blocking=False)  # a live file: repair_records() leaves it alone
         self.write_bytes(meta_record(round(time.time() * 1000)))
 
     def removed(self) -> bool:
@@ -232,3 +264,138 @@ class RecordFile:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _lock(fd: int, blocking: bool = True) -> bool:
+    """``flock(LOCK_EX)`` on ``fd``: True once held; False when another open file holds it
+    (``blocking=False``) or there are no locks here (Windows, some network mounts)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except OSError:
+        return False
+    return True
+
+
+_held: set = set()  # descriptors of the creation locks this process holds now
+
+
+def _release_in_child() -> None:
+    """A forked child closes its copies of the creation locks held at the fork: an ``flock`` lasts
+    while any copy is open, and a long-lived child (a DataLoader worker) would hold it for good."""
+    for fd in list(_held):
+        try:
+            os.close(fd)
+        except OSError:  # pragma: no cover - closed already
+            pass
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_release_in_child)
+
+
+@contextlib.contextmanager
+def creating_in(logdir: str) -> Iterator[None]:
+    """Hold ``logdir``'s creation lock (``flock`` on the directory, created without following links
+    if missing) while a writer picks its run directory and creates its record file: hooks started
+    together, in threads or processes, never both find one run directory free. Where the lock
+    cannot be had (an unwritable logdir), nothing is held: the writer then names the error."""
+    try:
+        fd = open_run_dir(*split_existing(logdir))
+    except OSError:
+        fd = -1
+    try:
+        if fd >= 0:
+            _held.add(fd)
+            _lock(fd)  # without locks (Windows, some network mounts) the writers are not serialized
+        yield
+    finally:
+        if fd >= 0:
+            _held.discard(fd)
+            os.close(fd)  # releases the lock
+
+
+_META_KEY = b"\x12" + _varint(len(b"meta_data_tag")) + b"meta_data_tag"
+
+
+def _whole_length(fd: int, size: int) -> Optional[int]:
+    """The length of the record file's whole records (its size, unless it ends in a partial one), or
+    None when it does not begin with VisualDL's meta record (not a record file: left alone)."""
+    head = os.pread(fd, 64, 0)
+    if len(head) < 8 or 8 + struct.unpack("<Q", head[:8])[0] > size or _META_KEY not in head[8:32]:
+        return None
+    offset = 0
+    while offset + 8 <= size:
+        end = offset + 8 + struct.unpack("<Q", os.pread(fd, 8, offset))[0]
+        if end > size:
+            break
+        offset = end
+    return offset
+
+
+def repair(path: str, dir_fd: Optional[int] = None, shown: Optional[str] = None) -> Optional[int]:
+    """Cut a record file that ends in a partial record back to its last whole record.
+
+    A writer killed by a signal that runs no Python (SIGKILL) in the middle of a large write can
+    leave a partial record at the end (Linux stops a ``write`` at a page boundary), and VisualDL's
+    reader rejects such a file whole. A file a live writer holds (its ``flock``; where there
+    are no locks, any file), a link, anything but a regular file, and a file that does not begin
+    with VisualDL's meta record are left alone.
+
+    Args:
+        path: the record file (relative to ``dir_fd`` when given).
+        dir_fd: a descriptor of its directory, or None.
+        shown: the path the warnings name (default ``path``).
+
+    Returns:
+        The bytes cut, or None when nothing was cut.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    shown = path if shown is None else shown
+    try:
+        info = os.fstat(fd)
+        size = info.st_size
+        if not stat.S_ISREG(info.st_mode) or not _lock(fd, blocking=False):
+            return None
+        whole = _whole_length(fd, size)
+        if whole is None or whole == size:
+            return None
+        os.ftruncate(fd, whole)
+    except OSError as exc:
+        logger.warning("VisualDL records: could not repair %s: %r", shown, exc)
+        return None
+    finally:
+        os.close(fd)
+    logger.warning("VisualDL records: %s ended in a partial record (its writer was killed in the middle of a write): "
+                   "cut back to its last whole record (%d bytes removed), so VisualDL reads it.", shown, size - whole)
+    return size - whole
+
+
+def repair_records(logdir: str) -> List[str]:
+    """Repair every record file (``vdlrecords.*``) under ``logdir`` that a killed writer left with a
+    partial last record (see :func:`repair`); ``visualdl_serve`` does this before serving.
+
+    Files being written (a live hook holds them) are left alone; links are not followed.
+
+    Args:
+        logdir: a VisualDL log directory.
+
+    Returns:
+        The paths of the files repaired.
+
+    Example:
+        >>> repair_records("runs")  # doctest: +SKIP
+        []
+    """
+    repaired = []
+    for folder, _, names in os.walk(logdir):
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if name.startswith("vdlrecords.") and repair(path) is not None:
+                repaired.append(path)
+    return repaired

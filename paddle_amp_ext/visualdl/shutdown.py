@@ -19,7 +19,10 @@
   step (:func:`keep_handlers`, in the main thread) and wrapped the same way, so a script's
   handler runs after the flush whichever was installed first. A handler that calls the one
   it replaced (ours) reaches the handler before it, never a loop.
-- A forked child (a DataLoader worker) starts with an empty registry.
+- A forked child (a DataLoader worker) starts with an empty registry; the writers it inherited
+  never write (the parent owns their files). A writer a ``multiprocessing`` child opens itself
+  is closed when that child ends, also a fork-started one (which ends with ``os._exit``, no
+  ``atexit``): through ``multiprocessing.util.Finalize``.
 - :func:`exclusive` runs flushes and closes one at a time across threads. One that re-enters
   in the thread already running one (a signal handler, or a garbage-collected hook's
   finalizer, run in the middle of a flush) is run right after it, so no batch is cut in half
@@ -39,6 +42,7 @@ import atexit
 import ctypes
 import os
 import signal
+import sys
 import threading
 from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -64,10 +68,13 @@ _SIGACTION_BYTES = 512
 
 def _forget_in_child() -> None:
     """A forked child (a DataLoader worker) holds no writer: its exit or SIGTERM never writes
-    the parent's buffered steps a second time, and a lock another thread held at the fork is new."""
+    the parent's buffered steps a second time (each inherited writer is told, see
+    ``BatchedWriter.forked``), and a lock another thread held at the fork is new."""
     global _lock, _busy
     _lock, _busy = threading.RLock(), False
     _queued.clear()
+    for writer in _open.values():
+        writer.forked()
     _open.clear()
 
 
@@ -106,7 +113,27 @@ def register(writer: Any) -> None:
     if not _exit_registered:
         atexit.register(close_all)
         _exit_registered = True
+    _close_at_child_exit()
     _install_handlers()
+
+
+_finalized_in = 0  # the pid of the multiprocessing child whose exit closes its writers
+
+
+def _close_at_child_exit() -> None:
+    """In a ``multiprocessing`` child, also close every writer when it ends: a fork-started child
+    ends with ``os._exit`` (no ``atexit``), after ``multiprocessing.util``'s own finalizers
+    (``Process._bootstrap``); the registration made in a parent is cleared in a child."""
+    global _finalized_in
+    if _finalized_in == os.getpid():
+        return
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or mp.parent_process() is None:  # not a multiprocessing child: atexit closes the writers
+        return
+    from multiprocessing import util
+
+    util.Finalize(None, close_all, exitpriority=100)  # before the other finalizers (queues' feeder threads)
+    _finalized_in = os.getpid()
 
 
 def unregister(writer: Any) -> None:

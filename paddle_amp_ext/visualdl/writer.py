@@ -10,7 +10,8 @@ rows are written (one ``write`` to the operating system) by whichever comes firs
   writes them;
 - ``flush()``, ``close()``, interpreter exit, SIGTERM and SIGINT (:mod:`.shutdown`).
 
-A step leaves the queue only once its bytes are in the file: a signal handler raising in the
+A forked child's copy of a writer keeps nothing (the parent writes the file). A step leaves
+the queue only once its bytes are in the file: a signal handler raising in the
 middle of a flush (a KeyboardInterrupt) loses nothing. A write that fails (a full disk, a
 file-size limit) keeps the encoded steps for a retry at the next flush; only those are bounded
 (:attr:`BatchedWriter.MAX_BACKLOG`, the oldest dropped first and counted); a healthy flush of
@@ -20,6 +21,7 @@ any size writes every step.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import threading
 import time
@@ -107,6 +109,7 @@ class BatchedWriter:
         self.dropped = 0  # steps given up on (backlog over its bound, or unwritten at close)
         self.closed = False
         self._pid = os.getpid()  # a forked child's copy never writes (the parent writes these steps)
+        self._inherited = False  # this is a forked child's copy (see forked())
         self._main = threading.main_thread().ident
         shutdown.register(self)
         flusher.watch(self)
@@ -129,8 +132,25 @@ class BatchedWriter:
         """Close this writer when ``owner`` (a hook) is garbage-collected without ``close()``."""
         weakref.finalize(owner, self.close).atexit = False  # exit is the registry's
 
+    def forked(self) -> None:
+        """In a forked child, right after the fork (:mod:`.shutdown`): this copy never writes (the
+        parent writes its file, and the steps queued at the fork), so it keeps nothing."""
+        self._inherited = True
+        self._queue, self._failed = [], 0
+        try:
+            self._file.close()  # the child's copy of the descriptor (the parent's stays open, its lock held)
+        except OSError:  # pragma: no cover - closed already
+            pass
+
     def add(self, step: int, walltime_ms: int, rows: List[Row]) -> None:
-        """Buffer one step (one list append); flush at ``flush_every`` steps."""
+        """Buffer one step (one list append); flush at ``flush_every`` steps. In a forked child
+        the step is not kept (warned once, see :meth:`forked`)."""
+        if self._inherited:
+            warn_once(f"visualdl:forked:{id(self)}", "VisualDL hook: steps logged in process %d, a fork of process %d "
+                      "that owns %s, are not recorded (the parent writes that file; a copy in the child would "
+                      "interleave with it). Create the hook in the child for records of its own.", os.getpid(),
+                      self._pid, self.path)
+            return
         queue = self._queue
         queue.append((step, walltime_ms, rows))
         if threading.get_ident() == self._main:
@@ -166,6 +186,9 @@ class BatchedWriter:
     def close_now(self) -> None:
         """Flush, close the file and leave the exit registry (inside :func:`.shutdown.exclusive` only)."""
         if self.closed:
+            return
+        if self._inherited:  # the parent's file: nothing written here
+            self.closed = True
             return
         try:
             self.flush_now()
@@ -234,9 +257,8 @@ class BatchedWriter:
                  and not all(_is_device(v) for _, v in entry[2])]
         if not split or not self._usable():
             return
-        encode = self._encoder.step
-        data = b"".join(encode(step, wall, [row for row in rows if not _is_device(row[1])])
-                        for _, (step, wall, rows) in split)
+        data = b"".join(self._encoded([(step, wall, [row for row in rows if not _is_device(row[1])])
+                                       for _, (step, wall, rows) in split]))
         try:
             self._file.write_bytes(data)
         except OSError:
@@ -280,4 +302,10 @@ class BatchedWriter:
 
     def _encoded(self, entries: List[Entry]) -> List[bytes]:
         encode = self._encoder.step
-        return [entry if entry.__class__ is bytes else encode(*entry) for entry in entries]
+        try:
+            return [entry if entry.__class__ is bytes else encode(*entry) for entry in entries]
+        except TypeError as exc:  # a value that is no number (a StepEvent built by hand): NaN, never a stuck flush
+            warn_once(f"visualdl:nan:{id(self)}", "VisualDL hook: %s; recorded as NaN.", exc)
+            return [entry if entry.__class__ is bytes else
+                    encode(entry[0], entry[1], [(tag, value if isinstance(value, numbers.Real) else math.nan)
+                                                for tag, value in entry[2]]) for entry in entries]
