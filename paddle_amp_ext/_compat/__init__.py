@@ -25,6 +25,8 @@ code):
   reductions, how a gradient of one is scaled and written as Paddle's clip does it, ``dist.shard_scaler``.
 - :mod:`.matmul`: the float32 ``linear``/``matmul`` kernels and a tensor's in-place version,
   for the rehearsal's one-node Linear.
+- :mod:`.backward`: which op outputs a grad node keeps (``Tensor.grad_fn``), from the table
+  :mod:`.backward_table` generated from Paddle's grad op makers.
 - :mod:`.probes`: Paddle's op-dtype statistics and its ``check_finite_and_unscale`` kernel, for
   ``check --verify``.
 """

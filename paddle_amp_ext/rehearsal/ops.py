@@ -22,7 +22,9 @@ NaN unlike Paddle's CUDA kernel (softmax, log_softmax, cross entropy, relu's gra
 return what the CUDA kernel returns (:mod:`.nonfinite`).
 
 Rounded outputs are marked as low precision, so they are not rounded twice and the ops after
-them follow. Backward is rounded where forward was (:func:`.rounding.round_trip`). An
+them follow. A fresh output is rounded in its own buffer, unless the grad node that made it reads
+it in its backward (:func:`paddle_amp_ext._compat.backward.saved_by_backward`; docs/rehearsal.md).
+Backward is rounded where forward was (:func:`.rounding.round_trip`). An
 ``auto_cast(enable=False)`` inside the rehearsal, or a ``keep_fp32`` layer, turns rounding off;
 code being converted by ``paddle.jit.to_static`` is not rounded.
 
@@ -127,10 +129,6 @@ METHODS: Tuple[Tuple[str, Tuple[str, ...], str], ...] = (
 #: running statistics): ``GetPromoteType`` and ``AmpAutoCast`` for batch_norm and layer_norm.
 X_ONLY = frozenset({"batch_norm", "layer_norm"})
 
-#: Ops whose backward reads their own output: it is rounded into a new tensor, never in place.
-SAVES_OUTPUT = frozenset({"divide", "__truediv__", "__rtruediv__", "tanh", "sigmoid", "sqrt", "softmax",
-                          "log_softmax"})
-
 #: Paddle namespaces whose functions Paddle's own layers call (``paddle.tensor.matmul`` is a
 #: different object from ``paddle.matmul`` on 3.3.1).
 NAMESPACES: Tuple[str, ...] = (
@@ -232,8 +230,8 @@ def _one_op(original: Callable, name: str, op_types: Tuple[str, ...], kind: str,
     out = original(*args, **kwargs)
     if kind == MOVE:
         return lowprec.mark(out, dtype)
-    fresh = name not in SAVES_OUTPUT and not any(out is value for value in (*args, *kwargs.values()))
-    return lowprec.rounded(out, dtype, in_place=fresh)  # a fresh output no backward reads
+    fresh = not any(out is value for value in (*args, *kwargs.values()))
+    return lowprec.rounded(out, dtype, in_place=fresh)  # in place unless its backward reads it
 
 
 @functools.lru_cache(maxsize=1)

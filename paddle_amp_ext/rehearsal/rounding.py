@@ -26,7 +26,8 @@ from typing import Dict, Tuple
 import numpy as np
 import paddle
 
-from .._compat import kernels
+from .._compat import autoparallel, kernels
+from .._compat.backward import saved_by_backward
 from .._compat.kernels import round_to_bfloat16, round_to_float16, rounds_in_place
 from .._native import vector_bits
 
@@ -73,12 +74,21 @@ def round_exact(x: paddle.Tensor, dtype: str) -> paddle.Tensor:
 SMALL = 4096
 
 
+def _numel(x: paddle.Tensor) -> int:
+    """The elements the kernels round in this process: a DistTensor's local value's (they round
+    that), but a ``Partial`` one's global count (its rounding reshards it, a collective every rank
+    must take the same path to: uneven shards differ in size)."""
+    if autoparallel.is_dist(x) and not autoparallel.is_partial(x):
+        return math.prod(autoparallel.local_value(x).shape)
+    return math.prod(x.shape)
+
+
 def _cast_rounds(x: paddle.Tensor, dtype: str) -> bool:
     """Whether Paddle's cast pair is the way to round ``x``: exact here, and below :data:`SMALL`
     elements where a faster kernel exists (float16 always; bfloat16 with the one-pass kernel)."""
     if not cast_is_exact(dtype):
         return False
-    return math.prod(x.shape) < SMALL or (dtype == "bfloat16" and kernels.bf16_rounder() is None)
+    return _numel(x) < SMALL or (dtype == "bfloat16" and kernels.bf16_rounder() is None)
 
 
 def _round(x: paddle.Tensor, dtype: str, in_place: bool = False) -> paddle.Tensor:
@@ -107,7 +117,7 @@ def round_own(x: paddle.Tensor, dtype: str = "float16") -> paddle.Tensor:
     (:func:`~paddle_amp_ext._compat.kernels.rounds_in_place`); returns the rounded tensor."""
     if _cast_rounds(x, dtype):
         return x.astype(dtype).astype("float32")
-    return _round(x, dtype, in_place=rounds_in_place(math.prod(x.shape), dtype))
+    return _round(x, dtype, in_place=rounds_in_place(_numel(x), dtype))
 
 
 class _RoundTripInPlace(paddle.autograd.PyLayer):
@@ -153,18 +163,22 @@ def cast_is_exact(dtype: str) -> bool:
 def round_trip(x: paddle.Tensor, dtype: str = "float16", in_place: bool = False) -> paddle.Tensor:
     """``x`` as ``dtype`` would store it, as float32; gradients are rounded the same way.
 
-    ``in_place``: ``x`` is an op's output that nothing else holds and whose op's backward does
-    not read it; it is then rounded in its own buffer where
-    :func:`~paddle_amp_ext._compat.kernels.rounds_in_place` says so (a fresh 8 MB CPU buffer
-    costs ~3.5 ms of page faults). Outside dygraph (a static program, code being converted by
-    ``to_static``) this is Paddle's cast pair, the op a static program can hold.
+    ``in_place``: ``x`` is an op's fresh output that nothing else holds; it is then rounded in
+    its own buffer where :func:`~paddle_amp_ext._compat.kernels.rounds_in_place` says so (a
+    fresh 8 MB CPU buffer costs ~3.5 ms of page faults), unless the grad node that made it
+    reads it in its backward (:func:`~paddle_amp_ext._compat.backward.saved_by_backward`:
+    ``silu``, ``softmax``, ``divide``...; that node would raise). Outside dygraph (a static
+    program, code being converted by ``to_static``) this is Paddle's cast pair, the op a static
+    program can hold.
     """
+    if not math.prod(x.shape):  # nothing to round (on 2.6.2 the arithmetic kernels' in-place
+        return x                # passes on an empty output inside a PyLayer broke its backward)
     if not paddle.in_dynamic_mode() or _cast_rounds(x, dtype):  # the cast's backward is a cast
         return x.astype(dtype).astype("float32")
-    in_place = in_place and rounds_in_place(math.prod(x.shape), dtype)
+    in_place = in_place and rounds_in_place(_numel(x), dtype)
     if x.stop_gradient or not paddle.is_grad_enabled():
         return _round(x, dtype, in_place=True) if in_place else round_values(x, dtype)
-    if in_place:
+    if in_place and not saved_by_backward(x):
         return _RoundTripInPlace.apply(x, dtype)
     return _RoundTrip.apply(x, dtype)
 
