@@ -1,27 +1,38 @@
-"""Step time with VisualDLHook logging every step / without it (small MLP on CPU, same run).
+"""Step time with the hook logging every step to each dashboard / without it (small MLP on CPU, same run).
 
-Also prints, for comparison, the Paddle image guide's way (``loss.item()`` and two
-``LogWriter.add_scalar`` calls a step).
+One line per backend (``--report-to``, default every one installed): VisualDL, TensorBoard,
+SwanLab (offline) and W&B (offline), each against the bare step measured back to back. Also
+prints, for comparison, the Paddle image guide's way (``loss.item()`` and two VisualDL
+``LogWriter.add_scalar`` calls a step) and tensorboardX's ``SummaryWriter.add_scalar`` for the
+same six values (with ``.item()``).
 
-Flushes (one device read and one file write per `flush_every` steps) are inside the timing.
+Flushes (one device read and one write or one ``log`` per step per ``flush_every`` steps, or
+the background flusher's every ``flush_secs``) are inside the timing. SwanLab and W&B are run
+offline with telemetry off, their files in a temporary directory.
 
-    python benchmarks/hook_overhead.py      # goal: ratio <= 1.02
+    python benchmarks/hook_overhead.py                      # goal: ratio <= 1.02 per backend
+    python benchmarks/hook_overhead.py --report-to tensorboard
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import tempfile
 
-import paddle
-from _timing import interleaved, paired_ratio, report
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
 
-import paddle_amp_ext as amp
+import paddle  # noqa: E402
+from _timing import interleaved, paired_ratio, report  # noqa: E402
 
-try:
-    from visualdl import LogWriter
-except ImportError:  # pragma: no cover
-    raise SystemExit("needs VisualDL: pip install 'paddle-amp-ext[visualdl]'") from None
+import paddle_amp_ext as amp  # noqa: E402
+from paddle_amp_ext.dashboards import backends  # noqa: E402
+
+
+def installed() -> list:
+    return [b.name for b in backends.BACKENDS if b.module is None or importlib.util.find_spec(b.module)]
 
 
 def main() -> bool:
@@ -30,18 +41,28 @@ def main() -> bool:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=80)
+    parser.add_argument("--report-to", default=None, help="backends (comma-separated; default every one installed)")
     args = parser.parse_args()
+    names = list(backends.parse_report_to(args.report_to)) if args.report_to else installed()
     x, y = paddle.randn([args.batch, args.width]), paddle.randn([args.batch, 1])
 
-    def loop(with_hook, logdir: str):
+    def loop(variant: str, logdir: str):
         paddle.seed(0)
         model = paddle.nn.Sequential(paddle.nn.Linear(args.width, args.width), paddle.nn.ReLU(),
                                      paddle.nn.Linear(args.width, args.width), paddle.nn.ReLU(),
                                      paddle.nn.Linear(args.width, 1))
         opt = paddle.optimizer.Adam(learning_rate=1e-4, parameters=model.parameters())
-        hooks = [amp.VisualDLHook(logdir)] if with_hook is True else []
+        hooks = [amp.VisualDLHook(logdir, report_to=variant, run_name=variant)] if variant in names else []
         scaler = amp.GradScaler(enable=False, hooks=hooks)
-        writer = LogWriter(logdir=logdir + "/guide") if with_hook == "guide" else None
+        writer = None
+        if variant == "guide":
+            from visualdl import LogWriter
+
+            writer = LogWriter(logdir=os.path.join(logdir, "guide"))
+        elif variant == "tensorboardX":
+            from tensorboardX import SummaryWriter
+
+            writer = SummaryWriter(logdir=os.path.join(logdir, "tbx"), flush_secs=1)
         counter = [0]
 
         def step():
@@ -50,25 +71,37 @@ def main() -> bool:
             scaler.step(opt, grad_clip=1.0)
             scaler.update()
             opt.clear_grad()
-            if writer is not None:  # the Paddle image guide's way: two host reads, two add_scalar
+            if variant == "guide":  # the Paddle image guide's way: two host reads, two add_scalar
                 writer.add_scalar("loss", loss.item(), counter[0])
                 writer.add_scalar("loss_scale", scaler.loss_scale, counter[0])
-                counter[0] += 1
+            elif variant == "tensorboardX":  # the six values, read to the host each step
+                result = scaler.last_result
+                for tag, value in (("amp/loss", loss.item()), ("amp/loss_scale", result.loss_scale),
+                                   ("amp/log2_loss_scale", 0.0), ("amp/skipped_steps", 0.0),
+                                   ("amp/grad_norm", float(result.grad_norm)), ("amp/lr", opt.get_lr())):
+                    writer.add_scalar(tag, value, counter[0])
+            counter[0] += 1
 
         return step, hooks + ([writer] if writer else [])
 
+    comparisons = [v for v, module in (("guide", "visualdl"), ("tensorboardX", "tensorboardX"))
+                   if importlib.util.find_spec(module)]
+    ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        logged, hooks = loop(True, tmp)
-        plain, _ = loop(False, tmp)
-        guide, writers = loop("guide", tmp)
+        variants, closers = {"plain": loop("plain", tmp)[0]}, []
+        for name in names + comparisons:
+            variants[name], made = loop(name, tmp)
+            closers += made
         samples: dict = {}
-        times = interleaved({"hook": logged, "plain": plain, "guide": guide}, args.steps, args.repeats, samples=samples)
-        hooks[0].close()
-        writers[0].close()
-    print(f"for comparison, .item() + LogWriter.add_scalar for 2 tags (the image guide's way): "
-          f"ratio {paired_ratio(samples, 'guide', 'plain'):.3f}")
-    return report("VisualDL hook step time (logging every step / none)", paired_ratio(samples, "hook", "plain"), 1.02,
-                  f"{times['hook'] * 1e3:.3f} ms vs {times['plain'] * 1e3:.3f} ms, flush every 50 steps")
+        times = interleaved(variants, args.steps, args.repeats, samples=samples)
+        for closer in closers:
+            closer.close()
+    for name in comparisons:
+        print(f"for comparison, {name}: ratio {paired_ratio(samples, name, 'plain'):.3f}")
+    for name in names:
+        ok &= report(f"{name} hook step time (logging every step / none)", paired_ratio(samples, name, "plain"), 1.02,
+                     f"{times[name] * 1e3:.3f} ms vs {times['plain'] * 1e3:.3f} ms, flush every 50 steps or 1 s")
+    return ok
 
 
 if __name__ == "__main__":

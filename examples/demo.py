@@ -23,6 +23,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--logdir", default="runs/demo")
 parser.add_argument("--plot", default=None, help="PNG of the loss scale read back from the VisualDL logs")
+parser.add_argument("--run-name", default=None, help="the run's directory under --logdir (default: a timestamped one)")
+parser.add_argument("--report-to", default="visualdl", help="dashboards, comma-separated: visualdl, tensorboard, ...")
 args = parser.parse_args()
 LOSS_FACTOR = 1e-6
 
@@ -65,7 +67,8 @@ print("Training under fp16 emulation (real GradScaler machinery, fp16 rounding o
 
 model = make_model()
 optimizer = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
-hook = amp.VisualDLHook(args.logdir, flush_every=25)
+report_to = list(dict.fromkeys(["visualdl", *args.report_to.split(",")]))  # --plot reads the VisualDL records
+hook = amp.VisualDLHook(args.logdir, flush_every=25, run_name=args.run_name, report_to=report_to)
 scales, losses = [], []
 with hook, amp.fp16_emulation(model):
     scaler = amp.GradScaler(init_loss_scaling=2.0**30, incr_every_n_steps=10, max_loss_scaling=2.0**48,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Callable
 
 import numpy as np
 import paddle
@@ -129,3 +131,33 @@ def bf16(values):
     bits = values.view(np.uint32).astype(np.uint64)
     nearest = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
     return np.where(np.isnan(values), values, nearest)
+
+
+@contextlib.contextmanager
+def serving(name: str, command: list, port: int, ready: Callable[[str], bool], timeout: float = 60):
+    """A dashboard server (``command``, listening on 127.0.0.1:``port``) until ``ready(base_url)``;
+    yields the base URL and terminates it after (killed if it does not stop)."""
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                if ready(base):
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline or proc.poll() is not None:
+                raise AssertionError(f"{name} did not start: " + proc.stdout.read(2000).decode(errors="replace"))
+            time.sleep(0.3)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

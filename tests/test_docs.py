@@ -62,8 +62,9 @@ def test_every_public_submodule_has_its_page():
     for module in ("paddle_amp_ext.distributed", "paddle_amp_ext.run", "paddle_amp_ext.integrations.paddlenlp",
                    "paddle_amp_ext.integrations.paddleformers", "paddle_amp_ext.integrations.hapi",
                    "paddle_amp_ext.visualdl", "paddle_amp_ext.rehearsal", "paddle_amp_ext.debugging",
-                   "paddle_amp_ext.verify", "paddle_amp_ext.fp8"):
+                   "paddle_amp_ext.verify", "paddle_amp_ext.fp8", "paddle_amp_ext.dashboards"):
         assert f"::: {module}" in text, module
+    import paddle_amp_ext.dashboards as dashboards
     import paddle_amp_ext.distributed as distributed
     import paddle_amp_ext.fp8 as fp8
     import paddle_amp_ext.rehearsal as rehearsal
@@ -72,7 +73,7 @@ def test_every_public_submodule_has_its_page():
     import paddle_amp_ext.visualdl as visualdl
 
     documented = _documented()
-    for sub in (distributed, fp8, rehearsal, run, verify, visualdl):
+    for sub in (dashboards, distributed, fp8, rehearsal, run, verify, visualdl):
         assert [n for n in sub.__all__ if n not in documented] == [], sub.__name__
 
 

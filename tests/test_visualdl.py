@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
@@ -12,14 +11,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import paddle
 import pytest
-from helpers import make_data, make_mlp
+from helpers import make_data, make_mlp, serving
 
 import paddle_amp_ext as amp
 from paddle_amp_ext.visualdl import TAGS
@@ -81,30 +79,9 @@ def _get(url: str):
         return response.status, response.read()
 
 
-@contextlib.contextmanager
 def visualdl_server(logdir: str):
     port = _free_port()
-    proc = subprocess.Popen(command(logdir, port=port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if _get(base + "/app/api/runs")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline or proc.poll() is not None:
-                raise AssertionError("visualdl did not start: " + proc.stdout.read(2000).decode(errors="replace"))
-            time.sleep(0.3)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return serving("visualdl", command(logdir, port=port), port, lambda base: _get(base + "/app/api/runs")[0] == 200)
 
 
 @pytest.mark.slow
@@ -209,7 +186,8 @@ def test_rank_zero_only_in_a_two_process_launch(tmp_path):
     assert [s for s, _ in read(str(run / "rank1"))["amp/loss"]] == [0, 1, 2]
 
 
-def test_hapi_callback_logs_the_same_tags(tmp_path):
+def hapi_fit(callback) -> None:
+    """Four batches of ``paddle.Model.fit`` with this package's scaler (scale 256) and ``callback``."""
     from paddle.io import TensorDataset
 
     x, y = make_data(n=32)
@@ -218,9 +196,12 @@ def test_hapi_callback_logs_the_same_tags(tmp_path):
     opt = paddle.optimizer.SGD(learning_rate=0.01, parameters=net.parameters())
     model.prepare(opt, paddle.nn.MSELoss(), amp_configs={"level": "O1"})
     model._scaler = amp.GradScaler(init_loss_scaling=256.0)  # hapi keeps a scaler already set
-    callback = amp.VisualDLCallback(str(tmp_path / "hapi"), flush_every=2)
     with amp.fp16_emulation(net, custom_black_list=["matmul"]):
         model.fit(TensorDataset([x, y]), batch_size=8, epochs=1, verbose=0, callbacks=[callback])
+
+
+def test_hapi_callback_logs_the_same_tags(tmp_path):
+    hapi_fit(amp.VisualDLCallback(str(tmp_path / "hapi"), flush_every=2))
     data = read(str(tmp_path / "hapi"))
     assert [s for s, _ in data["amp/loss"]] == [0, 1, 2, 3]
     assert [v for _, v in data["amp/log2_loss_scale"]] == [8.0] * 4

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help="an AmpConfig TOML/JSON file (op lists, dtype, scaler extras)")
     parser.add_argument("--logdir", default="runs", help="VisualDL logs: one run directory per scaler (default runs)")
     parser.add_argument("--no-log", action="store_true", help="no VisualDL hook")
+    parser.add_argument("--report-to", default="visualdl", metavar="NAMES",
+                        help="the dashboards the hooks write, comma-separated: visualdl (default), tensorboard, "
+                             "swanlab, wandb (offline runs), all in each run directory")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     parser.add_argument("--no-lr-hold", action="store_true",
                         help="let an LR scheduler advance on the script's lr.step() after a skipped optimizer step "
@@ -75,6 +78,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "__main__.py (or -m MODULE before the arguments, as python -m)")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser
+
+
+def check_report_to(report_to: str) -> Tuple[str, ...]:
+    """``--report-to`` as backend names, or UsageError naming a bad or missing one (its extra)."""
+    from ..dashboards import backends
+
+    try:
+        names = backends.parse_report_to(report_to)
+        for name in names:
+            backends.require(name)
+    except (ValueError, TypeError, ImportError) as exc:
+        raise UsageError(f"--report-to {report_to!r}: {exc}") from None
+    return names
 
 
 def check_logdir(logdir: str) -> None:
@@ -155,6 +171,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         check_emulate(args.emulate, config, args.config)
         if not args.no_log:
             check_logdir(args.logdir)
+            args.report_to = check_report_to(args.report_to)
     except UsageError as exc:
         return fail(PROG, str(exc))
     except (OSError, ValueError, TypeError) as exc:

@@ -23,7 +23,9 @@ import importlib
 import sys
 from typing import Any, Optional
 
+from .. import _compat
 from .._log import warn_once
+from ..dashboards import backends, metrics
 from ..scaler import GradScaler
 from ..visualdl import VisualDLHook
 from ..visualdl.writer import check_flush_bounds
@@ -54,13 +56,41 @@ def _trainers_scaler() -> Optional[GradScaler]:
     ``scale()``. It is the one scaler the active routing built that is alive, else the one of them
     that has not stepped yet; None when that is not one scaler (the hook then attaches at
     ``on_optimizer_begin``, and the first step's ``amp/loss`` is not logged)."""
-    from .routing import active_routing
+    from ..run.routing import active_routing
 
     routing = active_routing()
     built = routing.scalers if routing is not None else []
     if len(built) > 1:
         built = [scaler for scaler in built if scaler.last_result is None]
     return built[0] if len(built) == 1 else None
+
+
+def _run_first(callback: Any) -> bool:
+    """Move ``callback`` to the front of the Trainer's callbacks, from inside one of its events.
+
+    The Trainers call their callbacks in list order, their own reporting callbacks (VisualDL,
+    TensorBoard, W&B, SwanLab: ``report_to``) first and the user's last, and hand a callback no
+    reference to the list; the handler that is calling is ``self`` in the frame of its
+    ``call_event`` (PaddleNLP 2.8.1 and PaddleFormers 1.2.0, from reading their
+    ``trainer_callback.py``), one or two frames up. Moving the one being called to the front
+    during the loop changes no other callback's turn.
+
+    Returns:
+        True when moved (or first already), False when the handler was not found.
+    """
+    frame = sys._getframe(2)
+    for _ in range(3):
+        if frame is None:
+            return False
+        handler = frame.f_locals.get("self")
+        callbacks = getattr(handler, "callbacks", None)
+        if isinstance(callbacks, list) and any(cb is callback for cb in callbacks):
+            if callbacks[0] is not callback:
+                callbacks.remove(callback)
+                callbacks.insert(0, callback)
+            return True
+        frame = frame.f_back
+    return False
 
 
 class AmpCallback(TrainerCallback):
@@ -87,15 +117,27 @@ class AmpCallback(TrainerCallback):
         flush_secs: the hook writes what waits after this many seconds at the latest (a
             background thread, also when no further step comes; see :class:`VisualDLHook`).
         guard: guard the optimizer of a Trainer without a scaler (one host sync per step).
+        report_to: the dashboards the hook writes (as for :class:`VisualDLHook`), or ``"none"``:
+            no hook, the values go only into the Trainer's own logs.
 
     The hook logs every :data:`paddle_amp_ext.visualdl.TAGS` tag, ``amp/loss_scale`` included
-    (but ``amp/loss`` on the guard).
+    (but ``amp/loss`` on the guard); the scaler is asked to record the grad norm
+    (``record_grad_norm``: one norm of the gradients per step, on the device).
+
+    On the Trainer's logging steps the callback adds the registry's Trainer keys (``loss_scale``,
+    ``skipped_steps``, ``grad_norm``: :data:`paddle_amp_ext.dashboards.metrics.METRICS`) to the
+    Trainer's ``logs``, so the Trainer's own ``report_to`` shows them (``train/loss_scale``...):
+    at ``on_train_begin`` it moves itself before the Trainer's reporting callbacks. The loss
+    scale and the skip count are host values; the grad norm is one scalar read per logging
+    step, after the Trainer's own ``loss.item()`` synchronized the device. A key the Trainer
+    set itself is left as it is.
     """
 
     def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 1.0,
-                 guard: bool = True) -> None:
+                 guard: bool = True, report_to: Any = "visualdl") -> None:
         check_flush_bounds(flush_every, flush_secs)
         self.logdir, self.flush_every, self.flush_secs, self.guard = logdir, flush_every, flush_secs, guard
+        self.report_to = backends.parse_report_to(report_to, allow_none=True)
         self.hook: Any = None
         self.optimizer_guard: Any = None  # the guard on the Trainer's optimizer (this callback's or the user's)
         self._owns_guard = False  # whether this callback installed it (and so removes it at train end)
@@ -104,7 +146,12 @@ class AmpCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Attach the hook to the Trainer's scaler before the first step's ``scale()`` (so ``amp/loss``
-        has the first step too), where that scaler can be told: see :func:`_trainers_scaler`."""
+        has the first step too), where that scaler can be told: see :func:`_trainers_scaler`; and
+        move this callback before the Trainer's reporting callbacks (see :meth:`on_log`)."""
+        if not _run_first(self):
+            warn_once("paddlenlp:order", "AmpCallback could not move itself before the Trainer's reporting callbacks: "
+                      "loss_scale, skipped_steps and grad_norm reach the Trainer's logs after they wrote them. "
+                      "trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(AmpCallback)) does it.")
         if self._source is None and getattr(args, "fp16", False):
             scaler = _trainers_scaler()
             if scaler is not None:
@@ -137,14 +184,39 @@ class AmpCallback(TrainerCallback):
     def _attach(self, source: Any, args: Any) -> None:
         self._close_hook()
         self._source = source
-        self.hook = source.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every,
-                                                 flush_secs=self.flush_secs))
+        if isinstance(source, GradScaler):
+            source.record_grad_norm = True  # amp/grad_norm, and grad_norm in the Trainer's logs
+        if self.report_to:
+            self.hook = source.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every,
+                                                     flush_secs=self.flush_secs, report_to=self.report_to))
 
     def _close_hook(self) -> None:
         if self.hook is not None:
             self.hook.close()
             self._source.remove_hook(self.hook)
-            self.hook = self._source = None
+        self.hook = self._source = None
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
+        """The Trainer's hook on a logging step: add the loss scale, the skip count and the grad norm
+        to its training ``logs`` (keys from the metric registry; not to evaluation logs).
+
+        Args:
+            args: the Trainer's arguments.
+            state: the Trainer's state.
+            control: the Trainer's control.
+            logs: the Trainer's logs of this step (changed in place).
+        """
+        source = self._source
+        if not isinstance(logs, dict) or "loss" not in logs or source is None:
+            return
+        result = source.last_result
+        values = {metrics.SKIPPED_STEPS.trainer_key: int(source.skipped_steps)}
+        if result is not None:
+            values[metrics.LOSS_SCALE.trainer_key] = float(result.loss_scale)
+            if result.grad_norm is not None:  # one scalar read, on a logging step (the Trainer synced already)
+                values[metrics.GRAD_NORM.trainer_key] = float(_compat.local_value(result.grad_norm))
+        for key, value in values.items():
+            logs.setdefault(key, value)
 
     def _hold(self, scheduler: Any, guard: Any) -> None:
         """Replace ``scheduler.step`` (on this object) by one that does nothing after a skipped guarded step.

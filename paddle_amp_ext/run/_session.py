@@ -41,15 +41,15 @@ class LazyVisualDLHook:
     """A :class:`~paddle_amp_ext.VisualDLHook` made at the first step it is told of (a guard whose
     optimizer a scaler steps is never told: it leaves no empty run directory)."""
 
-    def __init__(self, logdir: str, on_made: Any) -> None:
-        self._logdir, self._on_made = logdir, on_made
+    def __init__(self, logdir: str, on_made: Any, report_to: Any = "visualdl") -> None:
+        self._logdir, self._on_made, self._report_to = logdir, on_made, report_to
         self.hook: Any = None
 
     def on_step(self, event: Any) -> None:
         if self.hook is None:
             from ..visualdl import VisualDLHook
 
-            self.hook = VisualDLHook(self._logdir)
+            self.hook = VisualDLHook(self._logdir, report_to=self._report_to)
             self._on_made(self.hook)
         self.hook.on_step(event)
 
@@ -142,7 +142,7 @@ class Session:
         if self.logdir is not None:
             from ..visualdl import VisualDLHook
 
-            hook = new_scaler.add_hook(VisualDLHook(self.logdir))
+            hook = new_scaler.add_hook(VisualDLHook(self.logdir, report_to=self.args.report_to))
             self.hooks.append((os.getpid(), hook))
             logdir = hook.logdir
         summary = new_scaler.add_hook(ScalerSummary(logdir))
@@ -156,7 +156,7 @@ class Session:
                 self.hooks.append((os.getpid(), hook))  # the process whose guard stepped first
                 summary.logdir = hook.logdir
 
-            guard.add_hook(LazyVisualDLHook(self.logdir, made))
+            guard.add_hook(LazyVisualDLHook(self.logdir, made, self.args.report_to))
         guard.add_hook(summary)
         if os.getpid() == self.pid:
             self.guard_summaries.append(summary)

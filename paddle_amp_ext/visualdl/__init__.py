@@ -1,17 +1,10 @@
 """VisualDL hooks: loss and loss scale at every step, read back from the device in batches.
 
 ``VisualDLHook`` is a scaler hook: ``GradScaler(hooks=[VisualDLHook("runs/x")])``. Per training
-step it logs, in one ``amp`` group that VisualDL shows expanded (loss first):
-
-- ``amp/loss``: the unscaled loss;
-- ``amp/loss_scale``: the scale used in that step (65536, 32768, ...), the number to compare;
-- ``amp/log2_loss_scale``: its log2 (16 for 2**16: a readable staircase where the raw scale
-  spans 1 to 1e11 on VisualDL's linear axis);
-- ``amp/skipped_steps``: skipped steps so far (a staircase VisualDL's smoothing cannot turn into
-  spikes, as it does a 0/1 flag);
-- ``amp/grad_norm``: the unscaled gradient norm (when ``step(grad_clip=...)`` computed it, or
-  with ``scaler.record_grad_norm = True``);
-- ``amp/lr``: the learning rate.
+step it logs the AMP metrics (the loss, the loss scale and its log2, the skipped steps, the grad
+norm, the learning rate) in one ``amp`` group that VisualDL shows expanded, loss first: their
+names, meanings and units are the registry's, :data:`paddle_amp_ext.dashboards.metrics.METRICS`.
+``report_to=`` writes them to TensorBoard, SwanLab or W&B too (:mod:`paddle_amp_ext.dashboards`).
 
 The loss and grad norm stay on the device; a step costs a list append. Every step reaches the
 operating system within ``flush_secs`` (default 1 s) by a background thread, whether or not

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, List, Optional
 
 import paddle
 
 from .. import _compat
+from ..dashboards import metrics
 from ..scaler import GradScaler
-from .hook import NotCopyable, open_writer, scale_rows
+from .hook import NotCopyable, add_step, close_all, open_writers, scale_rows
 from .writer import Row
 
 
@@ -32,16 +32,18 @@ class VisualDLCallback(NotCopyable, paddle.callbacks.Callback):
         all_ranks: log on every rank (``RUN/rankN``), not only rank 0.
         run_name: the run directory's name (``''`` for ``logdir`` itself); default a new
             timestamped one.
+        report_to: the dashboards, as for :class:`VisualDLHook` (default ``"visualdl"``).
 
     Example:
         >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
     """
 
     def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 1.0,
-                 all_ranks: bool = False, run_name: Optional[str] = None) -> None:
+                 all_ranks: bool = False, run_name: Optional[str] = None, report_to: Any = "visualdl") -> None:
         super().__init__()
         self.logdir: Optional[str] = None
-        self._out = open_writer(self, logdir, all_ranks, run_name, flush_every, flush_secs)
+        self._outs = open_writers(self, logdir, all_ranks, run_name, flush_every, flush_secs, report_to=report_to)
+        self._out = self._outs[0] if self._outs else None
         self._step = 0
         self._skips: Any = None  # skipped steps so far, for Paddle's own scaler (a device value)
 
@@ -69,23 +71,23 @@ class VisualDLCallback(NotCopyable, paddle.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is not None:
             first = loss[0] if isinstance(loss, (list, tuple)) else loss
-            rows.append(("amp/loss", float(getattr(first, "item", lambda: first)())))
+            rows.append((metrics.LOSS.name, float(getattr(first, "item", lambda: first)())))
         scaler = _compat.hapi_scaler(self.model)
         if isinstance(scaler, GradScaler) and scaler.last_result is not None:
             result = scaler.last_result
             rows += scale_rows(result.loss_scale)
-            rows.append(("amp/skipped_steps", float(scaler.skipped_steps)))
+            rows.append((metrics.SKIPPED_STEPS.name, float(scaler.skipped_steps)))
             if result.grad_norm is not None:
-                rows.append(("amp/grad_norm", result.grad_norm))
+                rows.append((metrics.GRAD_NORM.name, result.grad_norm))
         elif scaler is not None and scaler.is_enable():  # Paddle's own scaler: device values, no sync
             rows += self._paddle_scaler_rows(scaler)
         else:
             rows += scale_rows(1.0)
-            rows.append(("amp/skipped_steps", 0.0))
+            rows.append((metrics.SKIPPED_STEPS.name, 0.0))
         optimizer = getattr(self.model, "_optimizer", None)
         if optimizer is not None:
-            rows.append(("amp/lr", float(optimizer.get_lr())))
-        self._out.add(self._step, int(time.time() * 1000), rows)
+            rows.append((metrics.LR.name, float(optimizer.get_lr())))
+        add_step(self._outs, self._step, rows)
         self._step += 1
 
     def _paddle_scaler_rows(self, scaler: Any) -> List[Row]:
@@ -93,11 +95,11 @@ class VisualDLCallback(NotCopyable, paddle.callbacks.Callback):
         rows: List[Row] = []
         scale, found = _compat.paddle_scaler_view(scaler)
         if scale is not None:
-            rows += [("amp/loss_scale", scale.clone()), ("amp/log2_loss_scale", paddle.log2(scale))]
+            rows += [(metrics.LOSS_SCALE.name, scale.clone()), (metrics.LOG2_LOSS_SCALE.name, paddle.log2(scale))]
         if found is not None:
             flag = found.astype("float32") if isinstance(found, paddle.Tensor) else float(bool(found))
             self._skips = flag if self._skips is None else self._skips + flag
-            rows.append(("amp/skipped_steps", self._skips))
+            rows.append((metrics.SKIPPED_STEPS.name, self._skips))
         return rows
 
     def on_train_end(self, logs: Optional[dict] = None) -> None:
@@ -106,10 +108,9 @@ class VisualDLCallback(NotCopyable, paddle.callbacks.Callback):
         Args:
             logs: hapi's logs (unused).
         """
-        if self._out is not None:
-            self._out.flush()
+        for out in self._outs:
+            out.flush()
 
     def close(self) -> None:
         """Flush and close the records; later batches are not logged. Idempotent."""
-        if self._out is not None:
-            self._out.close()
+        close_all(self._outs)

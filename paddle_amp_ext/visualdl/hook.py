@@ -13,12 +13,14 @@ import paddle
 
 from .. import _compat
 from .._log import logger, warn_once
+from ..dashboards import backends, metrics
 from ..events import StepEvent
 from . import records
+from .targets import has_records as _has_records
 from .writer import BatchedWriter, Row
 
-#: Every tag a hook writes, in the order VisualDL's ``amp`` group shows them.
-TAGS = ("amp/loss", "amp/loss_scale", "amp/log2_loss_scale", "amp/skipped_steps", "amp/grad_norm", "amp/lr")
+#: Every tag a hook writes, in the order VisualDL's ``amp`` group shows them (the registry's names).
+TAGS = metrics.NAMES
 
 
 def _rank() -> Tuple[int, int]:
@@ -74,13 +76,6 @@ def _log_dir(logdir: Any, all_ranks: bool, run_name: Optional[str] = None) -> Op
     return (logdir, [run_name] if run_name else []) if rank == 0 else None
 
 
-def _has_records(path: str) -> bool:
-    try:
-        return any(name.startswith("vdlrecords.") for name in os.listdir(path))
-    except OSError:
-        return False
-
-
 def _free_run(logdir: str, parts: List[str]) -> List[str]:
     """``parts``, or with the run renamed ``RUN-1``, ``RUN-2``... when its directory already holds
     records: VisualDL shows only the newest record file of a directory, so two writers there
@@ -104,21 +99,56 @@ def _free_run(logdir: str, parts: List[str]) -> List[str]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def open_writer(owner: Any, logdir: Any, all_ranks: bool, run_name: Optional[str], flush_every: int,
-                flush_secs: float, filename_suffix: str = "") -> Optional[BatchedWriter]:
-    """The writer ``owner`` logs to (None on ranks that do not log), closed when ``owner`` is
-    garbage-collected or at exit, whichever comes first; ``owner.logdir`` is set."""
+def open_writers(owner: Any, logdir: Any, all_ranks: bool, run_name: Optional[str], flush_every: int,
+                 flush_secs: float, filename_suffix: str = "", report_to: Any = "visualdl") -> List[BatchedWriter]:
+    """The writers ``owner`` logs to, one per ``report_to`` backend, all in one run directory (none
+    on ranks that do not log), each closed when ``owner`` is garbage-collected or at exit,
+    whichever comes first; ``owner.logdir`` is set. Every backend's library is looked for before
+    a directory is made."""
+    names = backends.parse_report_to(report_to)
+    for name in names:
+        backends.require(name)
     where = _log_dir(logdir, all_ranks, run_name)  # any collective before the lock: ranks share hosts
-    out = None
+    outs: List[BatchedWriter] = []
     if where is not None:
-        with records.creating_in(where[0]):  # the check for records and the file's creation: one at a time
-            out = BatchedWriter(where[0], flush_every, flush_secs, filename_suffix, _free_run(*where))
-    if out is not None:
+        with records.creating_in(where[0]):  # the check for records and the files' creation: one at a time
+            parts = _free_run(*where)
+            try:
+                for name in names:
+                    outs.append(BatchedWriter(where[0], flush_every, flush_secs, filename_suffix, parts, name))
+            except BaseException:
+                for out in outs:
+                    out.close()
+                raise
+    for out in outs:
         out.close_with(owner)
-        logger.info("VisualDL: logging to %s (serve with: python -m paddle_amp_ext.visualdl_serve --logdir %s)",
-                    out.logdir, logdir)
-    owner.logdir = out.logdir if out is not None else None
-    return out
+    if outs:
+        views = {"visualdl": f"python -m paddle_amp_ext.visualdl_serve --logdir {logdir}",
+                 "tensorboard": f"tensorboard --logdir {logdir} --host 127.0.0.1"}
+        logger.info("AMP metrics: logging to %s for %s%s", outs[0].logdir, ", ".join(names),
+                    "".join(f"; view with: {views[name]}" for name in names if name in views))
+    owner.logdir = outs[0].logdir if outs else None
+    return outs
+
+
+def add_step(outs: List[BatchedWriter], step: int, rows: List[Row]) -> None:
+    """Hand one step to every writer: the same rows list, so its device values are read once
+    (the first writer to flush replaces them by host floats in place)."""
+    walltime_ms = int(time.time() * 1000)
+    for out in outs:
+        out.add(step, walltime_ms, rows)
+
+
+def close_all(outs: List[BatchedWriter]) -> None:
+    """Close every writer, also when one of them fails (the first failure is raised after)."""
+    failure = None
+    for out in outs:
+        try:
+            out.close()
+        except Exception as exc:  # noqa: BLE001 - the other backends still close
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 class NotCopyable:
@@ -145,8 +175,8 @@ class NotCopyable:
 
 def scale_rows(loss_scale: float) -> List[Row]:
     """``amp/loss_scale`` (raw, e.g. 65536) and ``amp/log2_loss_scale`` (16) for a host scale."""
-    return [("amp/loss_scale", loss_scale), ("amp/log2_loss_scale", math.log2(loss_scale) if loss_scale > 0 else
-                                              float("-inf"))]
+    return [(metrics.LOSS_SCALE.name, loss_scale),
+            (metrics.LOG2_LOSS_SCALE.name, math.log2(loss_scale) if loss_scale > 0 else float("-inf"))]
 
 
 #: the largest step VisualDL's ``Value.id`` (an int64) holds
@@ -170,7 +200,7 @@ def checked_step(step: Any) -> int:
 
 
 class VisualDLHook(NotCopyable):
-    """Log loss, loss scale, skips, grad norm and lr to VisualDL at every step.
+    """Log loss, loss scale, skips, grad norm and lr to VisualDL (or TensorBoard, SwanLab, W&B) at every step.
 
     Tags: ``amp/loss``, ``amp/loss_scale`` (the raw scale, e.g. 65536), ``amp/log2_loss_scale``
     (16 for 2**16), ``amp/skipped_steps``, ``amp/grad_norm`` (when the scaler computed it) and
@@ -180,6 +210,8 @@ class VisualDLHook(NotCopyable):
     SIGINT (before a handler of the script's); a background thread writes every step within
     ``flush_secs``, so ``kill -9``, an OOM kill or an abort loses at most the last ``flush_secs``
     of steps (docs/guides/records.md). A hook cannot be pickled or copied (TypeError).
+    ``report_to`` picks the dashboards, all written from one batch of device reads into one run
+    directory (docs/dashboards.md says what holds for each).
 
     Args:
         logdir: the VisualDL log directory to serve (``visualdl_serve --logdir LOGDIR``).
@@ -197,12 +229,16 @@ class VisualDLHook(NotCopyable):
             directory); ``""`` writes into ``logdir`` itself. A named run whose directory
             already holds records becomes ``NAME-1``, ``NAME-2``... (with a warning), so two
             runs never hide each other. ``hook.logdir`` says where.
+        report_to: the dashboards (PaddleFormers' word): ``"visualdl"`` (default),
+            ``"tensorboard"``, ``"swanlab"``, ``"wandb"``, or a list of them (or a comma-separated
+            string).
 
     Raises:
-        ValueError, TypeError: a bad ``logdir``, ``run_name``, ``flush_every`` or ``flush_secs``.
+        ValueError, TypeError: a bad ``logdir``, ``run_name``, ``flush_every``, ``flush_secs`` or
+            ``report_to``.
         OSError: ``logdir`` cannot be written, or a directory the hook would create is a
             symbolic link (planted in a shared logdir: never followed).
-        ImportError: VisualDL is not installed.
+        ImportError: a ``report_to`` backend's library is not installed (the message names the extra).
 
     Example:
         >>> with VisualDLHook("runs/exp1") as hook:  # doctest: +SKIP
@@ -211,9 +247,12 @@ class VisualDLHook(NotCopyable):
     """
 
     def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 1.0,
-                 all_ranks: bool = False, filename_suffix: str = "", run_name: Optional[str] = None) -> None:
+                 all_ranks: bool = False, filename_suffix: str = "", run_name: Optional[str] = None,
+                 report_to: Any = "visualdl") -> None:
         self.logdir: Optional[str] = None
-        self._out = open_writer(self, logdir, all_ranks, run_name, flush_every, flush_secs, filename_suffix)
+        self._outs = open_writers(self, logdir, all_ranks, run_name, flush_every, flush_secs, filename_suffix,
+                                  report_to)
+        self._out = self._outs[0] if self._outs else None  # the first backend's writer
         self._closed = False
         self._skipped = 0
 
@@ -245,15 +284,15 @@ class VisualDLHook(NotCopyable):
             step = checked_step(step)
         result = event.result
         self._skipped += result.skipped
-        rows: List[Row] = [] if event.loss is None else [("amp/loss", self._loss(event.loss))]
+        rows: List[Row] = [] if event.loss is None else [(metrics.LOSS.name, self._loss(event.loss))]
         rows += scale_rows(result.loss_scale)
-        rows.append(("amp/skipped_steps", float(self._skipped)))
+        rows.append((metrics.SKIPPED_STEPS.name, float(self._skipped)))
         if result.grad_norm is not None:
             # a DistTensor norm is Replicate: its local value is the global norm (read with no collective)
-            rows.append(("amp/grad_norm", _compat.local_value(result.grad_norm)))
+            rows.append((metrics.GRAD_NORM.name, _compat.local_value(result.grad_norm)))
         if event.lr is not None:
-            rows.append(("amp/lr", event.lr))
-        self._out.add(step, int(time.time() * 1000), rows)
+            rows.append((metrics.LR.name, event.lr))
+        add_step(self._outs, step, rows)
 
     def _loss(self, loss: Any) -> Any:
         """The loss as logged: a loss of N elements is recorded as its mean (no kernel, no sync here:
@@ -268,19 +307,19 @@ class VisualDLHook(NotCopyable):
 
     def flush(self) -> None:
         """Write the buffered steps now (one device read)."""
-        if self._out is not None:
-            self._out.flush()
+        for out in self._outs:
+            out.flush()
 
     def close(self) -> None:
         """Flush and close; steps after this are not logged. Idempotent."""
         self._closed = True
-        if self._out is not None:
-            self._out.close()
+        close_all(self._outs)
 
     @property
     def dropped_steps(self) -> int:
-        """Steps that could not be written (full disk or file-size limit), 0 normally."""
-        return self._out.dropped if self._out is not None else 0
+        """Steps that could not be written (full disk or file-size limit), 0 normally (the most
+        any one backend dropped)."""
+        return max((out.dropped for out in self._outs), default=0)
 
     def __enter__(self) -> VisualDLHook:
         return self

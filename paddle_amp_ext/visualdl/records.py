@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib.util
-import math
-import numbers
 import os
 import stat
 import struct
@@ -25,6 +22,7 @@ import time
 from typing import Iterator, List, Optional, Tuple
 
 from .._log import logger
+from ..dashboards._wire import FileFormat, float32_bytes, varint
 
 try:
     import fcntl
@@ -32,48 +30,7 @@ except ImportError:  # pragma: no cover - Windows: no locks (no file is repaired
     fcntl = None  # type: ignore[assignment]
 
 
-def require_visualdl() -> None:
-    """Raise ImportError naming the extra when VisualDL is not installed (it is located, not imported)."""
-    try:
-        found = importlib.util.find_spec("visualdl") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise ImportError("VisualDL hooks need VisualDL: pip install 'paddle-amp-ext[visualdl]'")
-
-
-_UINT64 = (1 << 64) - 1
-
-
-def _varint(value: int) -> bytes:
-    """``value`` as protobuf's varint: a negative int as its 64-bit two's complement (10 bytes), as
-    protobuf encodes an int64 (so this always ends); only the low 64 bits of a larger int are kept."""
-    value &= _UINT64
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
-_PACK_FLOAT32 = struct.Struct("<f").pack
-_INF32, _NEG_INF32 = _PACK_FLOAT32(math.inf), _PACK_FLOAT32(-math.inf)
-
-
-def _float32(value: float) -> bytes:
-    """``value`` as a little-endian float32, as protobuf stores a ``float`` field: a finite value
-    beyond float32's range (a float64 loss of 1e39) becomes +-inf, NaN and inf stay what they are."""
-    try:
-        return _PACK_FLOAT32(value)
-    except (OverflowError, struct.error):  # a finite value that rounds past float32's largest, an int past float64's
-        if isinstance(value, numbers.Real):
-            return _INF32 if value > 0 else _NEG_INF32
-        raise TypeError(f"A recorded value must be a real number. Received: {value!r} "
-                        f"(of type {type(value).__name__})") from None
+_varint, _float32 = varint, float32_bytes  # the names this module had
 
 
 def _framed(value: bytes) -> bytes:
@@ -87,6 +44,14 @@ def meta_record(walltime_ms: int) -> bytes:
     tag = b"meta_data_tag"
     stamp = b"\x18" + _varint(walltime_ms) if walltime_ms else b""
     return _framed(b"\x12" + _varint(len(tag)) + tag + stamp + b"R\x00")  # R = field 10: an empty MetaData
+
+
+def _record_file_name(suffix: str) -> str:
+    return f"vdlrecords.{int(time.time()):010d}.log{suffix}"
+
+
+#: VisualDL's record file: how :class:`RecordFile` names and starts it
+VISUALDL = FileFormat("vdlrecords.", _record_file_name, meta_record)
 
 
 class ScalarEncoder:
@@ -189,10 +154,13 @@ class RecordFile:
 
     If the file is removed while open (its directory deleted mid-run), the next write notices
     (``st_nlink == 0``), re-creates the directories and a new file, warns, and goes on there.
+
+    ``file_format`` names and starts the file: VisualDL's (:data:`VISUALDL`) or TensorBoard's event
+    file (:data:`paddle_amp_ext.dashboards.tensorboard.FORMAT`), written the same way.
     """
 
-    def __init__(self, base: str, parts: List[str], suffix: str) -> None:
-        self._base, self._parts, self._suffix = base, list(parts), suffix
+    def __init__(self, base: str, parts: List[str], suffix: str, file_format: FileFormat = VISUALDL) -> None:
+        self._base, self._parts, self._suffix, self._format = base, list(parts), suffix, file_format
         self.dir = os.path.join(base, *self._parts)
         self._fd = -1
         self._open_new()
@@ -200,11 +168,12 @@ class RecordFile:
     def _open_new(self) -> None:
         dir_fd = open_run_dir(self._base, self._parts)
         try:
-            for entry in os.listdir(dir_fd):  # a file a killed writer left torn here: whole again
-                if entry.startswith("vdlrecords."):
-                    repair(entry, dir_fd, os.path.join(self.dir, entry))
-            stamp = f"vdlrecords.{int(time.time()):010d}.log"
-            names = [stamp + self._suffix] + [f"{stamp}{self._suffix}.{os.getpid()}.{n}" for n in range(100)]
+            if self._format is VISUALDL:  # a file a killed writer left torn here: whole again (TensorBoard
+                for entry in os.listdir(dir_fd):  # reads up to a torn record itself)
+                    if entry.startswith(VISUALDL.prefix):
+                        repair(entry, dir_fd, os.path.join(self.dir, entry))
+            stamp = self._format.name(self._suffix)
+            names = [stamp] + [f"{stamp}.{os.getpid()}.{n}" for n in range(100)]
             for name in names:  # two writers in one second and directory, or a planted entry: another name
                 try:
                     fd = os.open(name, _FILE_FLAGS, 0o644, dir_fd=dir_fd)
@@ -218,7 +187,7 @@ class RecordFile:
         self.path = os.path.join(self.dir, name)
         self._fd, self._good = fd, 0
         _lock(fd, blocking=False)  # a live file: repair_records() leaves it alone
-        self.write_bytes(meta_record(round(time.time() * 1000)))
+        self.write_bytes(self._format.header(round(time.time() * 1000)))
 
     def removed(self) -> bool:
         """True when the file was unlinked (its run directory or logdir removed) while open, or

@@ -233,7 +233,7 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 def _flush_and_chain(signum: int, frame: Any) -> None:
-    _each_open("flush_now")
+    _each_open("flush_on_signal")
     _call_previous(signum, frame, 1)
 
 

@@ -33,7 +33,8 @@ import paddle
 
 from .._log import logger, warn_once
 from . import flusher, shutdown
-from .records import RecordFile, ScalarEncoder, require_visualdl, split_existing
+from .records import split_existing
+from .targets import open_target
 
 Row = Tuple[str, Any]  # (tag, host float or device tensor: a loss of N elements is recorded as its mean)
 Entry = Any  # a step (step, walltime ms, rows), or the bytes of steps whose write failed
@@ -83,25 +84,26 @@ class BatchedWriter:
         filename_suffix: appended to the record file's name.
         run_parts: the directories below ``logdir`` the hook names (run, rank): created and
             opened without following links.
+        backend: where the steps go (a ``report_to`` name: :mod:`.targets`): VisualDL's record
+            file, TensorBoard's event file, or SwanLab's or W&B's offline run.
     """
 
     #: steps whose write failed, kept for a retry (about 150 bytes a step); older ones are dropped, counted
     MAX_BACKLOG = 100_000
 
     def __init__(self, logdir: str, flush_every: int = 50, flush_secs: float = 1.0, filename_suffix: str = "",
-                 run_parts: Sequence[str] = ()) -> None:
+                 run_parts: Sequence[str] = (), backend: str = "visualdl") -> None:
         check_flush_bounds(flush_every, flush_secs)
-        require_visualdl()
+        self.backend = backend
         self.logdir = os.path.join(logdir, *run_parts)
         self.flush_every = flush_every
         self.flush_secs = float(flush_secs)
         base, missing = split_existing(logdir)
         try:
-            self._file = RecordFile(base, missing + list(run_parts), filename_suffix)
+            self._file, self._encoder = open_target(backend, base, missing + list(run_parts), filename_suffix)
         except OSError as exc:
             raise OSError(exc.errno, f"VisualDL hook cannot write to logdir {self.logdir!r}: {exc.strerror or exc}. "
                           "Pass a writable directory.") from exc
-        self._encoder = ScalarEncoder()
         self._queue: List[Entry] = []  # oldest first; the training thread appends, a flush removes what it wrote
         self._failed = 0  # leading entries of _queue that are bytes of failed writes
         self._due = time.monotonic() + self.flush_secs
@@ -170,6 +172,16 @@ class BatchedWriter:
         """Read the buffered device values in one transfer and write every buffered step in one
         ``write`` (inside :func:`.shutdown.exclusive` only)."""
         self._write(self._encode_stacked)
+
+    def flush_on_signal(self) -> None:
+        """:meth:`flush_now` for SIGTERM and SIGINT; a library's run (SwanLab, W&B), which writes
+        its buffer only when finished, is finished too: the signal usually ends the process, and
+        the steps after it (if the script goes on) find the run finished and wait in memory
+        (inside :func:`.shutdown.exclusive` only)."""
+        self.flush_now()
+        signalled = getattr(self._file, "signalled", None)
+        if signalled is not None and os.getpid() == self._pid:
+            signalled()
 
     def flush_background(self) -> None:
         """The flusher's write (inside :func:`.shutdown.exclusive`): host rows first, then the
@@ -250,7 +262,10 @@ class BatchedWriter:
         self._failed = 0
 
     def _write_host_rows(self) -> None:
-        """Write the host rows of waiting steps that also have device rows; keep only the device rows queued."""
+        """Write the host rows of waiting steps that also have device rows; keep only the device rows queued.
+        Not for a target that takes each step once (a library's run: W&B drops a step logged again)."""
+        if getattr(self._file, "whole_steps", False):
+            return
         count = len(self._queue)
         split = [(i, entry) for i, entry in enumerate(self._queue[:count])
                  if not isinstance(entry, bytes) and any(_is_device(v) for _, v in entry[2])

@@ -1,0 +1,14 @@
+"""The dashboards the AMP metrics go to: the metric registry and the ``report_to`` backends.
+
+:mod:`.metrics` is the one list of metrics (name, meaning, unit, when written); :mod:`.backends`
+the dashboards (``"visualdl"``, ``"tensorboard"``, ``"swanlab"``, ``"wandb"``). Each library is
+imported only by its own writer (:mod:`.tensorboard` needs none, :mod:`.swanlab_run`,
+:mod:`.wandb_run`). docs/dashboards.md says what holds per backend.
+"""
+
+from __future__ import annotations
+
+from .backends import BACKENDS, Backend, parse_report_to
+from .metrics import METRICS, NAMES, Metric, metric
+
+__all__ = ["BACKENDS", "Backend", "METRICS", "Metric", "NAMES", "metric", "parse_report_to"]

@@ -1,0 +1,54 @@
+"""Protocol-buffer wire pieces shared by the record encoders (VisualDL's and TensorBoard's)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+_UINT64 = (1 << 64) - 1
+_PACK_FLOAT32 = struct.Struct("<f").pack
+_INF32, _NEG_INF32 = _PACK_FLOAT32(math.inf), _PACK_FLOAT32(-math.inf)
+
+
+def varint(value: int) -> bytes:
+    """``value`` as protobuf's varint: a negative int as its 64-bit two's complement (10 bytes), as
+    protobuf encodes an int64 (so this always ends); only the low 64 bits of a larger int are kept."""
+    value &= _UINT64
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def float32_bytes(value: float) -> bytes:
+    """``value`` as a little-endian float32, as protobuf stores a ``float`` field: a finite value
+    beyond float32's range (a float64 loss of 1e39) becomes +-inf, NaN and inf stay what they are.
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+    """
+    try:
+        return _PACK_FLOAT32(value)
+    except (OverflowError, struct.error):  # a finite value that rounds past float32's largest, an int past float64's
+        if isinstance(value, numbers.Real):
+            return _INF32 if value > 0 else _NEG_INF32
+        raise TypeError(f"A recorded value must be a real number. Received: {value!r} "
+                        f"(of type {type(value).__name__})") from None
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """A record file format: the prefix its files' names start with, a new file's name (given
+    the user's suffix) and its first record (given the wall time in ms)."""
+
+    prefix: str
+    name: Callable[[str], str]
+    header: Callable[[int], bytes]

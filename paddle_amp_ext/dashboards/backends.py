@@ -1,0 +1,122 @@
+"""The dashboards a hook can report to, and ``report_to=`` (PaddleFormers' word) parsed once.
+
+``report_to`` is a name or a list of names (a comma-separated string too, as ``run --report-to``
+takes it): ``"visualdl"`` (the default), ``"tensorboard"``, ``"swanlab"``, ``"wandb"``. Each
+backend's library is an optional extra, located here (never imported) so a missing one is named
+before a run starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One dashboard.
+
+    Args:
+        name: the ``report_to`` name.
+        module: the library that must be installed to write (None: written without one).
+        extra: the ``pip install 'paddle-amp-ext[EXTRA]'`` that installs it.
+        local: the records are a file this package writes itself (the ``flush_secs`` bound holds
+            to the operating system); False: the steps are handed to the library within the
+            bound, and the library decides when they reach the disk.
+    """
+
+    name: str
+    module: Optional[str]
+    extra: str
+    local: bool
+
+
+BACKENDS: Tuple[Backend, ...] = (
+    Backend("visualdl", "visualdl", "visualdl", local=True),
+    Backend("tensorboard", None, "tensorboard", local=True),  # the event file needs no library to be written
+    Backend("swanlab", "swanlab", "swanlab", local=False),
+    Backend("wandb", "wandb", "wandb", local=False),
+)
+
+#: Every ``report_to`` name.
+NAMES: Tuple[str, ...] = tuple(backend.name for backend in BACKENDS)
+DEFAULT = ("visualdl",)
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name`` (one of :data:`NAMES`), or ValueError naming the known ones."""
+    if name not in NAMES:
+        raise _unknown(name)
+    return BACKENDS[NAMES.index(name)]
+
+
+def _unknown(name: Any) -> ValueError:
+    close = difflib.get_close_matches(str(name).lower(), NAMES, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ValueError(f"Unknown dashboard {name!r} in report_to.{hint} Expected one of {list(NAMES)}, or a list "
+                      "of them.")
+
+
+def parse_report_to(report_to: Any = "visualdl", *, allow_none: bool = False) -> Tuple[str, ...]:
+    """``report_to`` as a tuple of backend names, in the order given, each once.
+
+    Args:
+        report_to: a name (``"tensorboard"``), a comma-separated string (``"visualdl,wandb"``), or
+            a list or tuple of names. Case and surrounding spaces are ignored.
+        allow_none: accept ``"none"``, ``None`` and an empty list (no dashboard: the Trainer's
+            callback then only adds its values to the Trainer's own logs).
+
+    Returns:
+        The names, such as ``("visualdl", "tensorboard")``.
+
+    Raises:
+        TypeError: ``report_to`` is not a string or a list of strings.
+        ValueError: an unknown or repeated name, or no name where one is needed.
+
+    Example:
+        >>> parse_report_to(["visualdl", "tensorboard"])
+        ('visualdl', 'tensorboard')
+    """
+    if report_to is None:
+        items: list = []
+    elif isinstance(report_to, str):
+        items = [part for part in report_to.split(",")] if report_to.strip() else []
+    elif isinstance(report_to, (list, tuple)):
+        items = list(report_to)
+    else:
+        raise TypeError(f"report_to must be a dashboard name or a list of them, such as 'tensorboard' or "
+                        f"['visualdl', 'wandb']. Received: report_to={report_to!r} (of type "
+                        f"{type(report_to).__name__})")
+    names = []
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"report_to must hold dashboard names (str). Received: {item!r} (of type "
+                            f"{type(item).__name__}) in report_to={report_to!r}")
+        name = item.strip().lower()
+        if name == "none" and allow_none and len(items) == 1:
+            return ()
+        if name not in NAMES:
+            raise _unknown(item)
+        if name in names:
+            raise ValueError(f"report_to names {name!r} twice: {report_to!r}. Name each dashboard once.")
+        names.append(name)
+    if not names and not allow_none:
+        raise ValueError(f"report_to names no dashboard: {report_to!r}. Expected one or more of {list(NAMES)}.")
+    return tuple(names)
+
+
+def require(name: str) -> None:
+    """Raise ImportError naming the extra when backend ``name``'s library is not installed
+    (located, not imported: importing VisualDL writes ``~/.visualdl``, W&B starts nothing yet)."""
+    spec = backend(name)
+    if spec.module is None:
+        return
+    try:
+        found = importlib.util.find_spec(spec.module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        what = "VisualDL hooks need VisualDL" if name == "visualdl" else f"report_to={name!r} needs {spec.module}"
+        raise ImportError(f"{what}: pip install 'paddle-amp-ext[{spec.extra}]'")
