@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+import paddle
 import pytest
 from distributed import launch
 
@@ -31,6 +32,8 @@ BASE = {"dtype": "float32", "seed": "2023", "dp": "2", "mp": "1", "pp": "1", "ac
 @pytest.mark.slow
 @pytest.mark.parametrize("level, master_grad", [("O1", "false"), ("O2", "false"), ("O2", "true")])
 def test_parallel_api_fp16_trains_under_the_rehearsal(tmp_path, monkeypatch, level, master_grad):
+    if int(paddle.__version__.split(".")[0]) < 3 and paddle.__version__ != "0.0.0":
+        pytest.skip(f"parallel_api.py needs Paddle 3's auto-parallel intermediate API (this is {paddle.__version__})")
     folder = os.environ.get(VARIABLE)
     if not folder:
         pytest.skip(f"{VARIABLE} is not set (Paddle's test/auto_parallel/hybrid_strategy folder)")
