@@ -12,11 +12,11 @@ tests/test_paddleformers_autodp.py covers ``amp.route()`` with ``AmpCallback``; 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from distributed import launch
+from helpers import toolkit_python
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "paddleformers_user_script.py"
@@ -24,20 +24,11 @@ RUN_MODULE = HERE.parent / "dist_scripts" / "run_module.py"
 VARIABLE = "PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON"
 
 
-def _python() -> str:
-    python = os.environ.get(VARIABLE)
-    if not python:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run {SCRIPT.name}: {VARIABLE} is not set")
-        pytest.skip(f"{VARIABLE} is not set (bash scripts/test builds the toolkit's venv)")
-    return python
-
-
 def _run(tmp_path: Path, dtype: str, *run_args: str) -> list:
     """The ranks' records, each with the ``--json`` summary ``run`` printed in that rank's log."""
     log_dir = tmp_path / "log"
     launch(RUN_MODULE, "--json", "--no-log", *run_args, str(SCRIPT), str(tmp_path), dtype,
-           log_dir=log_dir, timeout=420, python=_python())
+           log_dir=log_dir, timeout=420, python=toolkit_python(VARIABLE, SCRIPT.name))
     ranks = []
     for r in (0, 1):
         record = json.loads((tmp_path / f"rank{r}.json").read_text())
