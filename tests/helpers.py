@@ -93,19 +93,25 @@ def fp16(values):
         return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
 
 
-def run_trainer_check(variable: str, script: str, out) -> tuple:
-    """Run ``tests/SCRIPT OUT`` with the toolkit venv's Python that the environment ``variable``
-    names (scripts/test builds the venv and sets it); returns (its last stdout line as JSON, its
-    stderr). Without the variable: skip, or under CI=true fail."""
-    import json
-    import subprocess
-    from pathlib import Path
-
+def toolkit_python(variable: str, script: str) -> str:
+    """The toolkit venv's Python that the environment ``variable`` names (scripts/test builds the
+    venv and sets it) to run ``script``. Without the variable: skip, or under CI=true fail."""
     python = os.environ.get(variable)
     if not python:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run {script}: {variable} is not set")
         pytest.skip(f"{variable} is not set (bash scripts/test builds the toolkit's venv)")
+    return python
+
+
+def run_trainer_check(variable: str, script: str, out) -> tuple:
+    """Run ``tests/SCRIPT OUT`` with :func:`toolkit_python`; returns (its last stdout line as
+    JSON, its stderr)."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    python = toolkit_python(variable, script)
     proc = subprocess.run([python, str(Path(__file__).parent / script), str(out)], capture_output=True, text=True,
                           timeout=600, cwd=out)
     assert proc.returncode == 0, proc.stderr[-4000:]

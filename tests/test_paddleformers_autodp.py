@@ -13,27 +13,18 @@ aborted the job.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from distributed import launch
+from helpers import toolkit_python
 
 SCRIPT = Path(__file__).parent / "dist_scripts" / "paddleformers_autodp.py"
 VARIABLE = "PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON"
 
 
-def _python() -> str:
-    python = os.environ.get(VARIABLE)
-    if not python:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run {SCRIPT.name}: {VARIABLE} is not set")
-        pytest.skip(f"{VARIABLE} is not set (bash scripts/test builds the toolkit's venv)")
-    return python
-
-
 def _run(tmp_path, *args: str) -> list:
-    launch(SCRIPT, str(tmp_path), *args, log_dir=tmp_path / "log", timeout=420, python=_python())
+    launch(SCRIPT, str(tmp_path), *args, log_dir=tmp_path / "log", timeout=420, python=toolkit_python(VARIABLE, SCRIPT.name))
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
