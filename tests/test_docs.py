@@ -189,7 +189,7 @@ def test_every_key_check_json_prints_is_explained_on_the_gate_page():
 # --------------------------------------------------------------- docs/hooks/docstrings.py
 #: Files whose findings other branches fix (remove an entry once they are fixed; when none is left,
 #: docs/hooks/docstrings.py is registered in mkdocs.yml and the strict build runs it).
-PENDING = ("paddle_amp_ext/fp8/", "paddle_amp_ext/visualdl/", "paddle_amp_ext/dashboards/")
+PENDING = ("paddle_amp_ext/fp8/",)
 
 _PLANTED = '''
 """A package whose reference would render other than as written; see docs/x.md."""

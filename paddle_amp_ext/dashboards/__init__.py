@@ -3,7 +3,7 @@
 :mod:`.metrics` is the one list of metrics (name, meaning, unit, when written); :mod:`.backends`
 the dashboards (``"visualdl"``, ``"tensorboard"``, ``"swanlab"``, ``"wandb"``). Each library is
 imported only by its own writer (:mod:`.tensorboard` needs none, :mod:`.swanlab_run`,
-:mod:`.wandb_run`). docs/dashboards.md says what holds per backend.
+:mod:`.wandb_run`). The Dashboards page of the documentation says what holds per backend.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ within ``flush_secs``, exactly as for a record file; here the "file" is the libr
 step is encoded as one JSON line (``[step, walltime_ms, {tag: value}]``, NaN and inf kept) and
 :meth:`LibraryRun.write_bytes` gives every line to the library's ``log``. What the library then
 does with it (its own buffer, its own thread or process, when it reaches the disk) is the
-library's: docs/dashboards.md says what holds per backend.
+library's: the Dashboards page says what holds per backend.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ operating system within ``flush_secs`` (default 1 s) by a background thread, whe
 another step comes (host values first, then the device values, read in that thread), or after
 ``flush_every`` steps (one device read in the training thread), so a kill that runs no Python
 (SIGKILL, an OOM kill, SIGABRT from a collective) loses at most the last ``flush_secs`` of
-steps; exit, an exception, garbage collection, SIGTERM and SIGINT lose none (:mod:`.shutdown`,
-docs/guides/records.md). Each hook writes its own run directory under ``logdir``, created
+steps; exit, an exception, garbage collection, SIGTERM and SIGINT lose none (:mod:`.shutdown`;
+the documentation's "What reaches the records"). Each hook writes its own run directory under ``logdir``, created
 without following links, and nothing outside it: the records are written without importing
 VisualDL (:mod:`.records`).
 
@@ -24,7 +24,7 @@ none).
 
 ``VisualDLCallback`` logs the same tags for ``paddle.Model.fit``. Serve the logs with
 ``python -m paddle_amp_ext.visualdl_serve --logdir runs`` (which adds ``--language en
---disable-telemetry``; docs/dashboards.md says why).
+--disable-telemetry``; the Dashboards page says why).
 """
 
 from __future__ import annotations

@@ -209,9 +209,9 @@ class VisualDLHook(NotCopyable):
     garbage-collected (with the scaler that holds it), at interpreter exit, on SIGTERM and on
     SIGINT (before a handler of the script's); a background thread writes every step within
     ``flush_secs``, so ``kill -9``, an OOM kill or an abort loses at most the last ``flush_secs``
-    of steps (docs/guides/records.md). A hook cannot be pickled or copied (TypeError).
+    of steps (the documentation's "What reaches the records"). A hook cannot be pickled or copied (TypeError).
     ``report_to`` picks the dashboards, all written from one batch of device reads into one run
-    directory (docs/dashboards.md says what holds for each).
+    directory (the Dashboards page says what holds for each).
 
     Args:
         logdir: the VisualDL log directory to serve (``visualdl_serve --logdir LOGDIR``).
