@@ -72,8 +72,8 @@ def test_minimize_records_exactly_what_step_records(emulate):
         runs[how] = (events.rows, results, [p.numpy().tolist() for p in net.parameters()], scaler.skipped_steps)
     assert runs["minimize"] == runs["step"]
     rows = runs["step"][0]
-    assert [r[1] for r in rows] == [0.1, 0.1, 0.025, 0.0125], "the lr of the last applied step (not routed: the "\
-        "loop's lr.step() advanced on the skipped step too)"
+    assert [r[1] for r in rows] == [0.1, 0.05, 0.025, 0.0125], "the optimizer's rate at every step, a skipped one "\
+        "too (not routed: the loop's lr.step() advanced on the skipped step)"
     assert [r[2] for r in rows] == [False, True, False, False]
     scales = [1024.0, 1024.0, 512.0, 512.0] if emulate else [1.0] * 4
     assert [r[3] for r in rows] == scales
