@@ -106,6 +106,9 @@ SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
     "pae_round_bf16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "pae_all_finite": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
     "pae_vector_bits": (ctypes.c_int, [ctypes.c_int]),
+    "pae_fp8_quant": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
+    "pae_fp8_block_amax": (ctypes.c_int, [ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p]),
 }
 #: The vector widths the roundings have code for (``pae_vector_bits``), each probed at load.
 WIDTHS = (512, 256, 128)
@@ -250,6 +253,9 @@ def _load(path: str) -> Kernel:
             if wrong:
                 raise BuildError(f"the built {name} kernel ({width}-bit vectors at most) rounded a probe "
                                  f"wrongly: {wrong}")
+        wrong = probes.wrong_fp8_answer(kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"])
+        if wrong:
+            raise BuildError(f"the built FP8 kernel ({width}-bit vectors at most) answered a probe wrongly: {wrong}")
     wrong = probes.wrong_finite_answer(kernel["pae_all_finite"])
     if wrong:
         raise BuildError(f"the built finiteness scan answered a probe wrongly: {wrong}")
@@ -371,6 +377,18 @@ def finite_scanner() -> Optional[Scanner]:
     """The loaded finiteness scan, built and loaded with :func:`fp16_rounder`'s (so None where that is)."""
     kernel = _result()[0]
     return None if kernel is None else kernel["pae_all_finite"]
+
+
+#: ``quant(src, dst, rows, cols, block_rows, block_cols, scales, fmt, dequant, counts, amax)``
+#: and ``amax_of(src, rows, cols, block_rows, block_cols, amax)``: see ``pae_fp8_quant`` in the C file.
+Fp8Kernel = Tuple[Callable[..., int], Callable[..., int]]
+
+
+def fp8_kernel() -> Optional[Fp8Kernel]:
+    """The one-pass FP8 rounding (with its saturated/flushed counts and amax) and the per-block
+    amax, built and loaded with :func:`fp16_rounder`'s (so None where that is)."""
+    kernel = _result()[0]
+    return None if kernel is None else (kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"])
 
 
 def vector_bits(limit: int = 0) -> Optional[int]:

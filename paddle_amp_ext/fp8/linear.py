@@ -32,8 +32,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Un
 import numpy as np
 import paddle
 
-from .formats import fp8_format, quantize
-from .kernels import BLOCK, quant_1x128, quant_128x128, scale_from_amax
+from .blocks import Quantized, block_amax, quantize_blocks
+from .formats import fp8_format
+from .kernels import BLOCK, scale_from_amax
 from .stats import Fp8Stats
 
 SCALINGS = ("blockwise", "current", "delayed")
@@ -89,11 +90,6 @@ class Fp8Recipe:
                         f"(of type {type(recipe).__name__})")
 
 
-def _pad(a: np.ndarray, rows: int = 1, cols: int = BLOCK) -> np.ndarray:
-    pr, pc = (-a.shape[0]) % rows, (-a.shape[1]) % cols
-    return np.pad(a, ((0, pr), (0, pc))) if pr or pc else a
-
-
 @dataclass
 class _LayerState:
     name: str
@@ -102,49 +98,38 @@ class _LayerState:
     history: Dict[str, collections.deque] = field(default_factory=dict)
     scale: Dict[str, np.float32] = field(default_factory=dict)
 
-    def _observer(self, role: str, fmt: str, count: int) -> Optional[Callable]:
-        if self.stats is None:
-            return None
-        return lambda scaled, amax, scale: self.stats.add(self.name, role, fmt, scaled, float(np.max(amax, initial=0)),
-                                                          np.asarray(scale, np.float32).ravel(), count)
-
     def dequant(self, a: np.ndarray, role: str, along: str) -> np.ndarray:
         """``a`` [R, C] as the recipe stores it, back in float32. ``along``: ``"rows"`` (1x128
         blocks along C), ``"rows_quiet"`` (the same, not recorded: the second quantization of a
-        tensor in a step) or ``"tiles"`` (128x128)."""
+        tensor in a step) or ``"tiles"`` (128x128). One pass of the compiled kernel rounds,
+        counts and finds the amax (:mod:`.blocks`); a blockwise or current scale needs the
+        amax first, one more pass."""
         r = self.recipe
         fmt = r.grad_fmt if role == "output_grad" else r.fmt
-        observe = self._observer(role, fmt, a.size) if along != "rows_quiet" else None  # one record per tensor, step
         if r.scaling == "blockwise":
-            rows, cols = a.shape
-            with np.errstate(invalid="ignore", over="ignore"):
-                if along == "tiles":
-                    q, inv = quant_128x128(_pad(a, BLOCK, BLOCK), r.epsilon, r.pow2, fmt, observe)
-                    blocks = q.reshape(inv.shape[0], BLOCK, inv.shape[1], BLOCK)
-                    blocks *= inv[:, None, :, None]
-                else:
-                    q, inv = quant_1x128(_pad(a), r.epsilon, r.pow2, fmt, observe)
-                    blocks = q.reshape(q.shape[0], inv.shape[1], BLOCK)
-                    blocks *= inv[:, :, None]
-            return q[:rows, :cols]
-        amax = np.fmax.reduce(np.abs(a), axis=None, initial=np.float32(0.0))
-        if r.scaling == "current":
-            scale = scale_from_amax(amax, r.epsilon, r.pow2, fmt)
+            block = (BLOCK, BLOCK) if along == "tiles" else (1, BLOCK)
         else:
-            scale = self.scale.get(role, np.float32(1.0))
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            scaled = a * scale
-            if observe is not None:
-                observe(scaled, amax, np.array([scale], np.float32))
-            out = quantize(scaled, fmt) * (np.float32(1.0) / scale)
+            block = (max(a.shape[0], 1), max(a.shape[1], 1))  # one scale for the tensor
+        if r.scaling == "delayed":
+            scales = np.array([[self.scale.get(role, np.float32(1.0))]], np.float32)
+        else:
+            scales = scale_from_amax(block_amax(a, block), r.epsilon, r.pow2, fmt)
+            if a.size == 0 and r.scaling == "current":
+                scales = np.ones((1, 1), np.float32)
+        if a.size:
+            out = quantize_blocks(a, block, scales, fmt)
+        else:
+            out = Quantized(np.zeros(a.shape, np.float32), 0, 0, 0.0)
+        if self.stats is not None and along != "rows_quiet":  # one record per tensor and step
+            self.stats.add_counts(self.name, role, fmt, out.saturated, out.flushed, a.size, out.amax, scales.ravel())
         if r.scaling == "delayed":
             hist = self.history.setdefault(role, collections.deque(maxlen=r.amax_history_len))
-            hist.append(float(amax))
+            hist.append(out.amax)
             top = max(hist)
             if np.isfinite(top) and top > 0:
                 self.scale[role] = np.float32(scale_from_amax(np.float32(top), r.epsilon, r.pow2, fmt)
                                               / np.float32(2.0**r.margin))
-        return out
+        return out.values
 
 
 def _tensor(a: np.ndarray) -> paddle.Tensor:
