@@ -42,7 +42,8 @@ def _grid(shape: Tuple[int, int], block: Tuple[int, int]) -> Tuple[int, int]:
 
 
 def _as_float32_2d(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf, then +-max
+        x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"expected a 2-D array. Received shape {list(x.shape)}")
     return x
