@@ -66,7 +66,8 @@ def block_amax(x: np.ndarray, block: Tuple[int, int], use_native: Optional[bool]
 
 
 def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: np.ndarray, fmt: object = "e4m3fn",
-                    dequant: bool = True, use_native: Optional[bool] = None) -> Quantized:
+                    dequant: bool = True, use_native: Optional[bool] = None,
+                    out: Optional[np.ndarray] = None) -> Quantized:
     """``x`` (2-D float32) times its block's scale, rounded to ``fmt`` as CUDA's SATFINITE
     conversion does, with the saturated and flushed counts and the amax of ``|x|``.
 
@@ -77,9 +78,12 @@ def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: np.ndarray, f
         fmt: ``"e4m3fn"`` or ``"e5m2"``.
         dequant: multiply each FP8 value by ``1.0f / scale`` (the value a GEMM multiplies).
         use_native: False forces numpy; default: the compiled kernel where it can be had.
+        out: where to write the values (C-contiguous float32 shaped like ``x``; may be ``x``
+            itself, or a view of a Paddle tensor's memory); default a new array.
 
     Raises:
-        ValueError: ``x`` is not 2-D, ``scales`` has the wrong shape, or ``fmt`` names no format.
+        ValueError: ``x`` is not 2-D, ``scales`` or ``out`` has the wrong shape or type, or
+            ``fmt`` names no format.
     """
     spec = fp8_format(fmt)
     x = _as_float32_2d(x)
@@ -88,9 +92,13 @@ def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: np.ndarray, f
     if scales.size != grid[0] * grid[1]:
         raise ValueError(f"scales has {scales.size} values; expected {grid[0]} x {grid[1]} for blocks of {block} "
                          f"over shape {list(x.shape)}")
+    if out is not None and not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == x.shape
+                                and out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {list(x.shape)}. Received: "
+                         f"{type(out).__name__} {getattr(out, 'dtype', '')} {list(getattr(out, 'shape', []))}")
     kernel = _kernel(use_native)
     if kernel is not None and x.size:
-        out = np.empty_like(x)
+        out = np.empty_like(x) if out is None else out
         counts, amax = np.zeros(2, np.int64), np.zeros(1, np.float32)
         kernel[0](x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1], block[0], block[1], scales.ctypes.data,
                   FORMAT_CODES[spec.name], int(dequant), counts.ctypes.data, amax.ctypes.data)
@@ -98,8 +106,11 @@ def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: np.ndarray, f
     per = np.repeat(np.repeat(scales.reshape(grid), block[0], axis=0), block[1], axis=1)[:x.shape[0], :x.shape[1]]
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         scaled = x * per
-        out = quantize(scaled, spec)
+        values = quantize(scaled, spec)
         if dequant:
-            out *= np.float32(1.0) / per
+            values *= np.float32(1.0) / per
     amax = float(np.fmax.reduce(np.abs(x), axis=None, initial=np.float32(0.0))) if x.size else 0.0
-    return Quantized(out, int(saturated(scaled, spec).sum()), int(flushed(scaled, spec).sum()), amax)
+    if out is not None:
+        out[...] = values
+        values = out
+    return Quantized(values, int(saturated(scaled, spec).sum()), int(flushed(scaled, spec).sum()), amax)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -98,12 +99,13 @@ class _LayerState:
     history: Dict[str, collections.deque] = field(default_factory=dict)
     scale: Dict[str, np.float32] = field(default_factory=dict)
 
-    def dequant(self, a: np.ndarray, role: str, along: str) -> np.ndarray:
+    def dequant(self, a: np.ndarray, role: str, along: str) -> paddle.Tensor:
         """``a`` [R, C] as the recipe stores it, back in float32. ``along``: ``"rows"`` (1x128
         blocks along C), ``"rows_quiet"`` (the same, not recorded: the second quantization of a
         tensor in a step) or ``"tiles"`` (128x128). One pass of the compiled kernel rounds,
         counts and finds the amax (:mod:`.blocks`); a blockwise or current scale needs the
-        amax first, one more pass."""
+        amax first, one more pass. The values are written straight into the returned tensor's
+        memory on a CPU (:func:`_float32_tensor`)."""
         r = self.recipe
         fmt = r.grad_fmt if role == "output_grad" else r.fmt
         if r.scaling == "blockwise":
@@ -116,10 +118,11 @@ class _LayerState:
             scales = scale_from_amax(block_amax(a, block), r.epsilon, r.pow2, fmt)
             if a.size == 0 and r.scaling == "current":
                 scales = np.ones((1, 1), np.float32)
+        tensor, view = _float32_tensor(a.shape)
         if a.size:
-            out = quantize_blocks(a, block, scales, fmt)
+            out = quantize_blocks(a, block, scales, fmt, out=view)
         else:
-            out = Quantized(np.zeros(a.shape, np.float32), 0, 0, 0.0)
+            out = Quantized(view, 0, 0, 0.0)
         if self.stats is not None and along != "rows_quiet":  # one record per tensor and step
             self.stats.add_counts(self.name, role, fmt, out.saturated, out.flushed, a.size, out.amax, scales.ravel())
         if r.scaling == "delayed":
@@ -129,11 +132,18 @@ class _LayerState:
             if np.isfinite(top) and top > 0:
                 self.scale[role] = np.float32(scale_from_amax(np.float32(top), r.epsilon, r.pow2, fmt)
                                               / np.float32(2.0**r.margin))
-        return out.values
+        return tensor if tensor is not None else paddle.to_tensor(out.values)
 
 
-def _tensor(a: np.ndarray) -> paddle.Tensor:
-    return paddle.to_tensor(np.ascontiguousarray(a, np.float32))
+def _float32_tensor(shape: Tuple[int, int]) -> Tuple[paddle.Tensor, np.ndarray]:
+    """A new float32 tensor and a numpy view of its memory (``Tensor.data_ptr()``) to write it
+    through, without the copy of ``paddle.to_tensor``; where the default device is not the CPU
+    (or the tensor is empty), a numpy array that :meth:`_LayerState.dequant` copies over."""
+    if paddle.device.get_device() != "cpu" or 0 in shape:
+        return None, np.zeros(shape, np.float32)
+    tensor = paddle.empty(list(shape), "float32")
+    buffer = (ctypes.c_float * (shape[0] * shape[1])).from_address(tensor.data_ptr())
+    return tensor, np.ctypeslib.as_array(buffer).reshape(shape)  # alive while the tensor is: the caller keeps both
 
 
 def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False):
@@ -155,8 +165,8 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
         shape = list(x.shape)
         x2 = x.reshape([-1, shape[-1]]).astype("float32").numpy()
         w = weight.astype("float32").numpy()
-        xq = _tensor(state.dequant(x2, "input", "rows"))
-        wq = _tensor(state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows"))
+        xq = state.dequant(x2, "input", "rows")
+        wq = state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows")
         if x2.shape[0] == 0:  # an empty batch: Paddle 2.6's ops refuse empty operands
             y = paddle.to_tensor(np.zeros([0, w.shape[1]], np.float32))
         else:
@@ -174,11 +184,11 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
     def backward(ctx, dy):  # noqa: D102
         state = ctx.state
         g = dy.reshape([-1, dy.shape[-1]]).astype("float32").numpy()
-        gq = _tensor(state.dequant(g, "output_grad", "rows"))
+        gq = state.dequant(g, "output_grad", "rows")
         dx = _matmul(gq, ctx.wq, transpose_y=True)  # contracts N: blocks along N
         if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
-            xt = _tensor(state.dequant(np.ascontiguousarray(ctx.x2.T), "input", "rows_quiet"))
-            gt = _tensor(state.dequant(np.ascontiguousarray(g.T), "output_grad", "rows_quiet"))
+            xt = state.dequant(np.ascontiguousarray(ctx.x2.T), "input", "rows_quiet")
+            gt = state.dequant(np.ascontiguousarray(g.T), "output_grad", "rows_quiet")
             dw = _matmul(xt, gt, transpose_y=True)
         else:  # one scale per tensor: the quantized x and dy of the other GEMMs
             dw = _matmul(ctx.x2, gq, transpose_x=True)
