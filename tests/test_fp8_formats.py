@@ -135,7 +135,7 @@ def test_native_blocks_equal_numpy_blocks_bit_for_bit(block):
             b = quantize_blocks(x, block, scales, name, dequant, use_native=False)
             assert np.array_equal(a.values, b.values, equal_nan=True)
             assert np.array_equal(np.signbit(a.values), np.signbit(b.values))
-            assert a[1:] == b[1:]
+            assert a[1:4] == b[1:4] and np.array_equal(a.scales, b.scales)
 
 
 def test_kernel_counts_exact_values():
@@ -146,3 +146,21 @@ def test_kernel_counts_exact_values():
     assert (out.saturated, out.flushed, out.amax) == (2, 2, float("inf"))
     halves = quantize_blocks(np.array([[3.0, 3.0]], np.float32), (1, 1), np.array([[2.0, 0.5]]), "e4m3fn")
     assert halves.values.tolist() == [[3.0, 3.0]]  # 6 and 1.5 are e4m3 values: dequantized exactly
+
+
+@pytest.mark.parametrize("pow2", [True, False])
+@pytest.mark.parametrize("epsilon", [0.0, 1e-3])
+def test_scales_from_the_amax_in_the_kernel_equal_paddles_scale_wrapper(pow2, epsilon):
+    from paddle_amp_ext.fp8.kernels import scale_from_amax
+
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((130, 300)) * np.exp(rng.standard_normal((130, 300)) * 6)).astype(np.float32)
+    x[:, :128] = 0.0  # zero blocks: scale 1
+    x[0, 200], x[1, 5], x[129, 299] = np.inf, np.nan, 1e-45  # inf: scale 0; a subnormal amax: 2**127 / 0x1.FEp127
+    for block in ((1, 128), (128, 128)):
+        want = scale_from_amax(block_amax(x, block, use_native=False), epsilon, pow2)
+        for use_native in (None, False):
+            got = quantize_blocks(x, block, None, epsilon=epsilon, pow2=pow2, use_native=use_native)
+            assert np.array_equal(got.scales, want)
+            fixed = quantize_blocks(x, block, want, use_native=use_native)
+            assert np.array_equal(got.values, fixed.values, equal_nan=True) and got[1:4] == fixed[1:4]

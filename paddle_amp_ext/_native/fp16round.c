@@ -240,6 +240,7 @@ int pae_vector_bits(int limit) {
  * have set them): float32 subnormals are multiplied and compared as IEEE says. dst may be src.
  * Both return 0, or -1 for an unknown format (nothing written).
  */
+#include <math.h>
 #include <stddef.h>
 
 typedef struct {
@@ -400,3 +401,33 @@ int pae_fp8_block_amax(const float *src, int64_t rows, int64_t cols, int64_t br,
     }
     return 0;
 }
+
+/* pae_fp8_quant_scaled: pae_fp8_block_amax, then each block's scale from its amax as Paddle's
+ * ScaleWrapper computes it (fp8_quant_blockwise_kernel.cu; paddle_amp_ext/fp8/kernels.py
+ * scale_from_amax): max / fmaxf(amax, epsilon) in float32, 1 when that is 0, 2**127 (pow2) or
+ * 0x1.FEp127 when the quotient is inf, only its exponent bits with pow2; written to scale, then
+ * pae_fp8_quant with those scales. One call where three took three. */
+int pae_fp8_quant_scaled(const float *src, float *dst, int64_t rows, int64_t cols, int64_t br, int64_t bc,
+                         float *scale, int fmt, float epsilon, int pow2, int dequant, int64_t *counts, float *amax) {
+    pae_fp8_spec s;
+    if (pae_fp8_spec_of(fmt, &s) != 0 || pae_fp8_block_amax(src, rows, cols, br, bc, scale) != 0) return -1;
+    int64_t blocks = ((rows + br - 1) / br) * ((cols + bc - 1) / bc);
+    for (int64_t k = 0; k < blocks; k++) {
+        float m = scale[k] > epsilon ? scale[k] : epsilon, f;
+        if (m == 0.0f) {
+            f = 1.0f;
+        } else {
+            f = s.max / m;
+            if (f == (float)INFINITY) f = pow2 ? 0x1p127f : 0x1.FEp127f;
+            if (pow2) {
+                uint32_t b;
+                memcpy(&b, &f, sizeof b);
+                b &= PAE_INF;
+                memcpy(&f, &b, sizeof f);
+            }
+        }
+        scale[k] = f;
+    }
+    return pae_fp8_quant(src, dst, rows, cols, br, bc, scale, fmt, dequant, counts, amax);
+}
+

@@ -93,7 +93,7 @@ def _same(got: List[float], wanted: List[float]) -> bool:
                for g, w in zip(got, wanted))
 
 
-def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int]) -> str:
+def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int], quant_scaled: Callable[..., int]) -> str:
     """'' when the FP8 kernel rounds, counts and finds the amax of each format's probe (alone and
     repeated to :data:`TILED` values, so the vector loops and the tail both see every value), and
     the block amax and dequantizing scales agree, else what it got wrong."""
@@ -124,6 +124,16 @@ def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int]) -> 
     if (list(dst)[:3] != [3.0, -0.3125, 96.0] or dst[3] == dst[3] or amax[0] != 100.0
             or list(blocks) != [100.0, ctypes.c_float(0.3).value]):
         return f"blocks: {list(dst)}, amax {amax[0]}, block amax {list(blocks)}"
+    # ScaleWrapper: amax 1 -> 256, 3 -> 128 (power of 2: rounded down), 0 -> 1, inf -> 0; 0x1.FEp127
+    # without pow2 for an amax whose quotient is inf
+    src = (ctypes.c_float * 5)(1.0, 3.0, 0.0, float("inf"), 1e-45)
+    for pow2, want in ((1, [256.0, 128.0, 1.0, 0.0, 2.0**127]), (0, [448.0, 448.0 / 3, 1.0, 0.0,
+                                                                        float.fromhex("0x1.FEp127")])):
+        scales, dst = (ctypes.c_float * 5)(), (ctypes.c_float * 5)()
+        quant_scaled(ctypes.addressof(src), ctypes.addressof(dst), 1, 5, 1, 1, ctypes.addressof(scales), 0, 0.0,
+                     pow2, 0, ctypes.addressof(counts), ctypes.addressof(amax))
+        if list(scales) != [ctypes.c_float(w).value for w in want]:
+            return f"scales (pow2={pow2}): {list(scales)} != {want}"
     return ""
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._native import fp8_kernel
 from .formats import flushed, fp8_format, quantize, saturated
+from .kernels import scale_from_amax
 
 #: The C kernel's format codes.
 FORMAT_CODES = {"e4m3fn": 0, "e5m2": 1}
@@ -25,12 +26,14 @@ FORMAT_CODES = {"e4m3fn": 0, "e5m2": 1}
 
 class Quantized(NamedTuple):
     """``values`` (FP8 values, or dequantized: times 1/scale), how many were ``saturated`` and
-    ``flushed`` (of ``x * scale``), and the NaN-ignoring ``amax`` of ``|x|``."""
+    ``flushed`` (of ``x * scale``), the NaN-ignoring ``amax`` of ``|x|`` and the ``scales`` used
+    (one per block, float32)."""
 
     values: np.ndarray
     saturated: int
     flushed: int
     amax: float
+    scales: np.ndarray
 
 
 def _kernel(use_native: Optional[bool]):
@@ -65,16 +68,18 @@ def block_amax(x: np.ndarray, block: Tuple[int, int], use_native: Optional[bool]
                           initial=np.float32(0.0))
 
 
-def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: np.ndarray, fmt: object = "e4m3fn",
-                    dequant: bool = True, use_native: Optional[bool] = None,
-                    out: Optional[np.ndarray] = None) -> Quantized:
+def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: Optional[np.ndarray], fmt: object = "e4m3fn",
+                    dequant: bool = True, use_native: Optional[bool] = None, out: Optional[np.ndarray] = None,
+                    epsilon: float = 0.0, pow2: bool = True) -> Quantized:
     """``x`` (2-D float32) times its block's scale, rounded to ``fmt`` as CUDA's SATFINITE
     conversion does, with the saturated and flushed counts and the amax of ``|x|``.
 
     Args:
         x: 2-D array (converted to contiguous float32).
         block: (rows, cols) of a block; the last blocks may be partial.
-        scales: one float32 scale per block, shaped ``ceil(rows/br) x ceil(cols/bc)``.
+        scales: one float32 scale per block, shaped ``ceil(rows/br) x ceil(cols/bc)``; None:
+            each block's from its amax as Paddle's ``ScaleWrapper`` computes it
+            (:func:`.kernels.scale_from_amax` with ``epsilon`` and ``pow2``), in the same call.
         fmt: ``"e4m3fn"`` or ``"e5m2"``.
         dequant: multiply each FP8 value by ``1.0f / scale`` (the value a GEMM multiplies).
         use_native: False forces numpy; default: the compiled kernel where it can be had.
@@ -88,7 +93,11 @@ def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: np.ndarray, f
     spec = fp8_format(fmt)
     x = _as_float32_2d(x)
     grid = _grid(x.shape, block)
-    scales = np.ascontiguousarray(scales, dtype=np.float32).reshape(-1)
+    kernel = _kernel(use_native)
+    if scales is None and (kernel is None or not x.size):
+        scales = scale_from_amax(block_amax(x, block, use_native=False), epsilon, pow2, spec)
+    auto = scales is None
+    scales = np.empty(grid, np.float32) if auto else np.ascontiguousarray(scales, dtype=np.float32).reshape(-1)
     if scales.size != grid[0] * grid[1]:
         raise ValueError(f"scales has {scales.size} values; expected {grid[0]} x {grid[1]} for blocks of {block} "
                          f"over shape {list(x.shape)}")
@@ -96,13 +105,16 @@ def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: np.ndarray, f
                                 and out.flags.c_contiguous and out.flags.writeable):
         raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {list(x.shape)}. Received: "
                          f"{type(out).__name__} {getattr(out, 'dtype', '')} {list(getattr(out, 'shape', []))}")
-    kernel = _kernel(use_native)
     if kernel is not None and x.size:
         out = np.empty_like(x) if out is None else out
         counts, amax = np.zeros(2, np.int64), np.zeros(1, np.float32)
-        kernel[0](x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1], block[0], block[1], scales.ctypes.data,
-                  FORMAT_CODES[spec.name], int(dequant), counts.ctypes.data, amax.ctypes.data)
-        return Quantized(out, int(counts[0]), int(counts[1]), float(amax[0]))
+        head = (x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1], block[0], block[1], scales.ctypes.data,
+                FORMAT_CODES[spec.name])
+        if auto:
+            kernel[2](*head, float(epsilon), int(pow2), int(dequant), counts.ctypes.data, amax.ctypes.data)
+        else:
+            kernel[0](*head, int(dequant), counts.ctypes.data, amax.ctypes.data)
+        return Quantized(out, int(counts[0]), int(counts[1]), float(amax[0]), scales.reshape(grid))
     per = np.repeat(np.repeat(scales.reshape(grid), block[0], axis=0), block[1], axis=1)[:x.shape[0], :x.shape[1]]
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         scaled = x * per
@@ -113,4 +125,5 @@ def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: np.ndarray, f
     if out is not None:
         out[...] = values
         values = out
-    return Quantized(values, int(saturated(scaled, spec).sum()), int(flushed(scaled, spec).sum()), amax)
+    return Quantized(values, int(saturated(scaled, spec).sum()), int(flushed(scaled, spec).sum()), amax,
+                     scales.reshape(grid))

@@ -33,7 +33,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Un
 import numpy as np
 import paddle
 
-from .blocks import Quantized, block_amax, quantize_blocks
+from .blocks import Quantized, quantize_blocks
 from .formats import fp8_format
 from .kernels import BLOCK, scale_from_amax
 from .stats import Fp8Stats
@@ -112,19 +112,18 @@ class _LayerState:
             block = (BLOCK, BLOCK) if along == "tiles" else (1, BLOCK)
         else:
             block = (max(a.shape[0], 1), max(a.shape[1], 1))  # one scale for the tensor
+        tensor, view = _float32_tensor(a.shape)
         if r.scaling == "delayed":
             scales = np.array([[self.scale.get(role, np.float32(1.0))]], np.float32)
-        else:
-            scales = scale_from_amax(block_amax(a, block), r.epsilon, r.pow2, fmt)
-            if a.size == 0 and r.scaling == "current":
-                scales = np.ones((1, 1), np.float32)
-        tensor, view = _float32_tensor(a.shape)
+        else:  # the amax, then the scales, in the kernel's same call
+            scales = None if a.size else np.ones((1, 1) if r.scaling == "current" else (0, 0), np.float32)
         if a.size:
-            out = quantize_blocks(a, block, scales, fmt, out=view)
+            out = quantize_blocks(a, block, scales, fmt, out=view, epsilon=r.epsilon, pow2=r.pow2)
         else:
-            out = Quantized(view, 0, 0, 0.0)
+            out = Quantized(view, 0, 0, 0.0, scales)
         if self.stats is not None and along != "rows_quiet":  # one record per tensor and step
-            self.stats.add_counts(self.name, role, fmt, out.saturated, out.flushed, a.size, out.amax, scales.ravel())
+            self.stats.add_counts(self.name, role, fmt, out.saturated, out.flushed, a.size, out.amax,
+                                  out.scales.ravel())
         if r.scaling == "delayed":
             hist = self.history.setdefault(role, collections.deque(maxlen=r.amax_history_len))
             hist.append(out.amax)
@@ -135,11 +134,16 @@ class _LayerState:
         return tensor if tensor is not None else paddle.to_tensor(out.values)
 
 
-def _float32_tensor(shape: Tuple[int, int]) -> Tuple[paddle.Tensor, np.ndarray]:
+#: Below this many values ``paddle.to_tensor``'s copy costs less than ``paddle.empty``'s call.
+_VIEW_FROM = 1 << 16
+
+
+def _float32_tensor(shape: Tuple[int, int]) -> Tuple[Optional[paddle.Tensor], np.ndarray]:
     """A new float32 tensor and a numpy view of its memory (``Tensor.data_ptr()``) to write it
     through, without the copy of ``paddle.to_tensor``; where the default device is not the CPU
-    (or the tensor is empty), a numpy array that :meth:`_LayerState.dequant` copies over."""
-    if paddle.device.get_device() != "cpu" or 0 in shape:
+    (or the tensor is small or empty), None and a numpy array that :meth:`_LayerState.dequant`
+    copies over."""
+    if shape[0] * shape[1] < _VIEW_FROM or paddle.device.get_device() != "cpu":
         return None, np.zeros(shape, np.float32)
     tensor = paddle.empty(list(shape), "float32")
     buffer = (ctypes.c_float * (shape[0] * shape[1])).from_address(tensor.data_ptr())
