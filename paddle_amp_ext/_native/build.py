@@ -23,7 +23,9 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
   (:data:`WIDTHS`).
 
 The bfloat16 kernel (integer round-to-nearest-even on the bit pattern, AVX2 where the CPU has it)
-is built and loaded with the float16 one, from the same file, under the same conditions. Both
+is built and loaded with the float16 one, from the same file, under the same conditions; so are
+the FP8 rehearsal's one-pass e4m3fn/e5m2 rounding with its saturated/flushed counts and amax
+(:func:`fp8_kernel`, probed by :func:`.probes.wrong_fp8_answer`). Both
 use AVX-512F where the CPU and the OS have it (:func:`vector_bits`).
 
 Cached libraries are named by what they were built from: the source, the flags, the machine, the
