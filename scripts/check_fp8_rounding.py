@@ -10,6 +10,7 @@ kernel of ``paddle_amp_ext._native``) instead of the numpy rounding, its saturat
 against the numpy masks too; it fails when the kernel cannot be had.
 
 Usage: python scripts/check_fp8_rounding.py [--formats e4m3fn e5m2] [--chunk-bits 24] [--kernel numpy|native]
+       [--progress]
 Prints one line per format: patterns checked, mismatches, seconds. Exit 1 on any mismatch.
 """
 
@@ -48,7 +49,7 @@ def native(x: np.ndarray, name: str) -> np.ndarray:
     return out.values.reshape(-1)
 
 
-def check(name: str, chunk_bits: int, kernel: str = "numpy") -> int:
+def check(name: str, chunk_bits: int, kernel: str = "numpy", progress: bool = False) -> int:
     step = 1 << chunk_bits
     wrong = 0
     start = time.perf_counter()
@@ -61,6 +62,9 @@ def check(name: str, chunk_bits: int, kernel: str = "numpy") -> int:
             wrong += bad.size
             i = bad[0]
             print(f"{name}: {bad.size} wrong from {base:#010x}, first {x[i]!r}: ours {ours[i]!r}, reference {ref[i]!r}")
+        if progress:
+            print(f"{name}: patterns {base:#010x}..{base + step - 1:#010x} done, {wrong} wrong so far, "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)
     print(f"{name}: {1 << 32} float32 bit patterns, {wrong} wrong, {time.perf_counter() - start:.0f} s")
     return wrong
 
@@ -70,12 +74,13 @@ def main() -> int:
     parser.add_argument("--formats", nargs="+", default=["e4m3fn", "e5m2"], choices=sorted(REFERENCE))
     parser.add_argument("--chunk-bits", type=int, default=24)
     parser.add_argument("--kernel", choices=["numpy", "native"], default="numpy")
+    parser.add_argument("--progress", action="store_true", help="a line after every chunk")
     args = parser.parse_args()
     if args.kernel == "native" and fp8_kernel() is None:
         print(f"the compiled kernel cannot be had: {status().detail}")
         return 2
     print(f"ml_dtypes {ml_dtypes.__version__}, numpy {np.__version__}, kernel {args.kernel}")
-    return 1 if sum(check(name, args.chunk_bits, args.kernel) for name in args.formats) else 0
+    return 1 if sum(check(name, args.chunk_bits, args.kernel, args.progress) for name in args.formats) else 0
 
 
 if __name__ == "__main__":
