@@ -22,6 +22,9 @@
  * pae_all_finite: whether no value of a float32 array is inf or nan (exponent bits all ones),
  * read once (AVX2 where the CPU has it); the rehearsal's non-finite checks use it instead of a
  * reduction kernel and a host read.
+ *
+ * pae_fp8_quant, pae_fp8_block_amax, pae_fp8_quant_scaled (at the end of this file): the FP8
+ * rehearsal's e4m3fn/e5m2 rounding with CUDA's saturation, counting and amax in one pass.
  */
 #include <stdint.h>
 #include <string.h>
