@@ -164,3 +164,27 @@ def test_scales_from_the_amax_in_the_kernel_equal_paddles_scale_wrapper(pow2, ep
             assert np.array_equal(got.scales, want)
             fixed = quantize_blocks(x, block, want, use_native=use_native)
             assert np.array_equal(got.values, fixed.values, equal_nan=True) and got[1:4] == fixed[1:4]
+
+
+@pytest.mark.parametrize("width", [512, 256, 128])
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2"])
+def test_every_vector_width_of_the_kernel_matches_ml_dtypes(name, width):
+    """The AVX-512, AVX2 and plain-C loops (capped in turn on this CPU), on the dense set and on
+    every length from 0 to 40 (vector bodies and tails), rounding and counting."""
+    native_or_skip()
+    from paddle_amp_ext._native import vector_bits
+
+    try:
+        assert vector_bits(width) <= width
+        x = np.concatenate([dense_patterns(), boundaries(fp8_format(name))])
+        for part in [x] + [x[n * 997:n * 997 + n] for n in range(41)]:
+            out = quantize_blocks(part.reshape(1, -1), (1, max(part.size, 1)), np.ones(1, np.float32), name,
+                                  dequant=False) if part.size else None
+            if out is None:
+                continue
+            ref, got = reference(part, name), out.values.reshape(-1)
+            same = (got.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(got) & np.isnan(ref))
+            assert same.all(), (width, part.size, part[~same][:5])
+            assert (out.saturated, out.flushed) == (int(saturated(part, name).sum()), int(flushed(part, name).sum()))
+    finally:
+        vector_bits(512)
