@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -159,6 +160,17 @@ def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, trans
     return paddle.matmul(a, b, transpose_x=transpose_x, transpose_y=transpose_y)
 
 
+def _host(t: paddle.Tensor, cols: int) -> np.ndarray:
+    """``t`` as a float32 ``[-1, cols]`` numpy array: a view of its memory (``Tensor.data_ptr()``)
+    where ``t`` is a large contiguous float32 CPU tensor (valid only while ``t`` lives and is not
+    written: for operands used inside one call), else a copy (``.numpy()``, which syncs)."""
+    n = math.prod(t.shape)
+    if (n >= _VIEW_FROM and t.dtype == paddle.float32 and t.place.is_cpu_place() and t.is_contiguous()
+            and not getattr(t, "is_dist", lambda: False)()):
+        return np.ctypeslib.as_array((ctypes.c_float * n).from_address(t.data_ptr())).reshape(-1, cols)
+    return t.reshape([-1, cols]).astype("float32").numpy()
+
+
 class _Fp8LinearFn(paddle.autograd.PyLayer):
     """The GEMMs by Paddle's float32 CPU matmul on the dequantized operands (float32 accumulation;
     numpy's threaded BLAS ran 40 times slower next to Paddle's threads on a busy machine)."""
@@ -168,7 +180,7 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
         *bias, state = bias_and_state
         shape = list(x.shape)
         x2 = x.reshape([-1, shape[-1]]).astype("float32").numpy()
-        w = weight.astype("float32").numpy()
+        w = _host(weight, weight.shape[-1])  # used only inside this call: a view where it can be
         xq = state.dequant(x2, "input", "rows")
         wq = state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows")
         if x2.shape[0] == 0:  # an empty batch: Paddle 2.6's ops refuse empty operands
@@ -187,7 +199,7 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
     @staticmethod
     def backward(ctx, dy):  # noqa: D102
         state = ctx.state
-        g = dy.reshape([-1, dy.shape[-1]]).astype("float32").numpy()
+        g = _host(dy, dy.shape[-1])  # dy lives through this call
         gq = state.dequant(g, "output_grad", "rows")
         dx = _matmul(gq, ctx.wq, transpose_y=True)  # contracts N: blocks along N
         if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
