@@ -90,3 +90,101 @@ def test_to_bits_is_the_inverse_of_the_decoding_and_keeps_nan():
     assert to_bits(np.array([np.nan], np.float32), "e5m2").tolist() == [0x7E]
     with pytest.raises(ValueError, match=r"0\.3.* is not an e4m3fn value; round it with quantize\(\) first"):
         to_bits(np.array([0.3], np.float32))
+
+
+# ---- the compiled one-pass kernel (paddle_amp_ext.fp8.blocks) against numpy and ml_dtypes --------
+
+from paddle_amp_ext.fp8.blocks import block_amax, quantize_blocks  # noqa: E402
+
+
+def native_or_skip():
+    from paddle_amp_ext._native import fp8_kernel, status
+
+    if fp8_kernel() is None:
+        pytest.skip(f"no compiled FP8 kernel here: {status().detail}")
+
+
+@pytest.mark.parametrize("kernel", ["native", "numpy"])
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2"])
+def test_both_paths_match_ml_dtypes_and_count_on_dense_set(name, kernel):
+    if kernel == "native":
+        native_or_skip()
+    x = np.concatenate([dense_patterns(), boundaries(fp8_format(name))])
+    out = quantize_blocks(x.reshape(1, -1), (1, x.size), np.ones(1, np.float32), name, dequant=False,
+                          use_native=kernel == "native")
+    ref = reference(x, name)
+    got = out.values.reshape(-1)
+    same = (got.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(got) & np.isnan(ref))
+    assert not (~same).any(), x[~same][:5]
+    assert (out.saturated, out.flushed) == (int(saturated(x, name).sum()), int(flushed(x, name).sum()))
+    assert out.amax == float("inf")  # the boundaries hold +-inf; NaN is ignored
+
+
+@pytest.mark.parametrize("block", [(1, 128), (128, 128), (7, 5), (300, 260)])
+def test_native_blocks_equal_numpy_blocks_bit_for_bit(block):
+    native_or_skip()
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((300, 260)) * np.exp(rng.standard_normal((300, 260)) * 4)).astype(np.float32)
+    x[3, 4], x[5, 6], x[7, 8] = np.nan, np.inf, 2.0**-140  # a float32 subnormal too
+    amax = block_amax(x, block)
+    assert np.array_equal(amax, block_amax(x, block, use_native=False))
+    scales = (np.float32(448) / np.maximum(amax, np.float32(1e-30))).astype(np.float32)
+    for name in ("e4m3fn", "e5m2"):
+        for dequant in (True, False):
+            a = quantize_blocks(x, block, scales, name, dequant)
+            b = quantize_blocks(x, block, scales, name, dequant, use_native=False)
+            assert np.array_equal(a.values, b.values, equal_nan=True)
+            assert np.array_equal(np.signbit(a.values), np.signbit(b.values))
+            assert a[1:4] == b[1:4] and np.array_equal(a.scales, b.scales)
+
+
+def test_kernel_counts_exact_values():
+    native_or_skip()
+    x = np.array([[465.0, -np.inf, 2.0**-10, -2.0**-11, 0.0, np.nan, 1.0, 448.0]], np.float32)
+    out = quantize_blocks(x, (1, 8), np.ones(1, np.float32), "e4m3fn", dequant=False)
+    assert out.values[0, :5].tolist() == [448.0, -448.0, 0.0, -0.0, 0.0] and np.isnan(out.values[0, 5])
+    assert (out.saturated, out.flushed, out.amax) == (2, 2, float("inf"))
+    halves = quantize_blocks(np.array([[3.0, 3.0]], np.float32), (1, 1), np.array([[2.0, 0.5]]), "e4m3fn")
+    assert halves.values.tolist() == [[3.0, 3.0]]  # 6 and 1.5 are e4m3 values: dequantized exactly
+
+
+@pytest.mark.parametrize("pow2", [True, False])
+@pytest.mark.parametrize("epsilon", [0.0, 1e-3])
+def test_scales_from_the_amax_in_the_kernel_equal_paddles_scale_wrapper(pow2, epsilon):
+    from paddle_amp_ext.fp8.kernels import scale_from_amax
+
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((130, 300)) * np.exp(rng.standard_normal((130, 300)) * 6)).astype(np.float32)
+    x[:, :128] = 0.0  # zero blocks: scale 1
+    x[0, 200], x[1, 5], x[129, 299] = np.inf, np.nan, 1e-45  # inf: scale 0; a subnormal amax: 2**127 / 0x1.FEp127
+    for block in ((1, 128), (128, 128)):
+        want = scale_from_amax(block_amax(x, block, use_native=False), epsilon, pow2)
+        for use_native in (None, False):
+            got = quantize_blocks(x, block, None, epsilon=epsilon, pow2=pow2, use_native=use_native)
+            assert np.array_equal(got.scales, want)
+            fixed = quantize_blocks(x, block, want, use_native=use_native)
+            assert np.array_equal(got.values, fixed.values, equal_nan=True) and got[1:4] == fixed[1:4]
+
+
+@pytest.mark.parametrize("width", [512, 256, 128])
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2"])
+def test_every_vector_width_of_the_kernel_matches_ml_dtypes(name, width):
+    """The AVX-512, AVX2 and plain-C loops (capped in turn on this CPU), on the dense set and on
+    every length from 0 to 40 (vector bodies and tails), rounding and counting."""
+    native_or_skip()
+    from paddle_amp_ext._native import vector_bits
+
+    try:
+        assert vector_bits(width) <= width
+        x = np.concatenate([dense_patterns(), boundaries(fp8_format(name))])
+        for part in [x] + [x[n * 997:n * 997 + n] for n in range(41)]:
+            out = quantize_blocks(part.reshape(1, -1), (1, max(part.size, 1)), np.ones(1, np.float32), name,
+                                  dequant=False) if part.size else None
+            if out is None:
+                continue
+            ref, got = reference(part, name), out.values.reshape(-1)
+            same = (got.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(got) & np.isnan(ref))
+            assert same.all(), (width, part.size, part[~same][:5])
+            assert (out.saturated, out.flushed) == (int(saturated(part, name).sum()), int(flushed(part, name).sum()))
+    finally:
+        vector_bits(512)

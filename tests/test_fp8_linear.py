@@ -166,3 +166,34 @@ def test_stats_reach_a_dashboard_writer():
     assert stats.log_to(writer) == 10 and writer.rows[-1][2] == 1
     with pytest.raises(TypeError, match="writer must have add_scalar"):
         stats.log_to(object())
+
+
+@pytest.mark.parametrize("recipe", ["blockwise", "current", "delayed"])
+def test_large_operands_read_and_written_in_place_give_the_copies_results(recipe, monkeypatch):
+    """Weights and output gradients of 65536 values or more are read through a view of the
+    tensor's memory and the quantized operands written into new tensors' memory; the results
+    are those of the copying path, bit for bit, over two steps."""
+    import paddle_amp_ext.fp8.linear as linear
+
+    def run():
+        paddle.seed(3)
+        model = paddle.nn.Linear(512, 256)
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+        x = paddle.randn([300, 512])
+        out = []
+        with fp8_linears(model, recipe) as stats:
+            for _ in range(2):
+                loss = (model(x) ** 2).mean()
+                loss.backward()
+                out += [loss.numpy(), model.weight.grad.numpy().copy()]
+                opt.step()
+                opt.clear_grad()
+                stats.next_step()
+        return out + [model.weight.numpy()], [(r.saturated, r.flushed, r.amax) for r in stats.records]
+
+    viewed = run()
+    monkeypatch.setattr(linear, "_VIEW_FROM", 1 << 40)
+    copied = run()
+    for a, b in zip(viewed[0], copied[0]):
+        assert np.array_equal(a, b)
+    assert viewed[1] == copied[1]

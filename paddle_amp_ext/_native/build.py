@@ -23,7 +23,9 @@ Where it cannot be had, the rehearsal keeps Paddle's kernels, with the same resu
   (:data:`WIDTHS`).
 
 The bfloat16 kernel (integer round-to-nearest-even on the bit pattern, AVX2 where the CPU has it)
-is built and loaded with the float16 one, from the same file, under the same conditions. Both
+is built and loaded with the float16 one, from the same file, under the same conditions; so are
+the FP8 rehearsal's one-pass e4m3fn/e5m2 rounding with its saturated/flushed counts and amax
+(:func:`fp8_kernel`, probed by :func:`.probes.wrong_fp8_answer`). Both
 use AVX-512F where the CPU and the OS have it (:func:`vector_bits`).
 
 Cached libraries are named by what they were built from: the source, the flags, the machine, the
@@ -106,6 +108,12 @@ SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
     "pae_round_bf16": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "pae_all_finite": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
     "pae_vector_bits": (ctypes.c_int, [ctypes.c_int]),
+    "pae_fp8_quant": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
+    "pae_fp8_block_amax": (ctypes.c_int, [ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p]),
+    "pae_fp8_quant_scaled": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
+                                            ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                            ctypes.c_void_p]),
 }
 #: The vector widths the roundings have code for (``pae_vector_bits``), each probed at load.
 WIDTHS = (512, 256, 128)
@@ -250,6 +258,10 @@ def _load(path: str) -> Kernel:
             if wrong:
                 raise BuildError(f"the built {name} kernel ({width}-bit vectors at most) rounded a probe "
                                  f"wrongly: {wrong}")
+        wrong = probes.wrong_fp8_answer(kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"],
+                                        kernel["pae_fp8_quant_scaled"])
+        if wrong:
+            raise BuildError(f"the built FP8 kernel ({width}-bit vectors at most) answered a probe wrongly: {wrong}")
     wrong = probes.wrong_finite_answer(kernel["pae_all_finite"])
     if wrong:
         raise BuildError(f"the built finiteness scan answered a probe wrongly: {wrong}")
@@ -371,6 +383,22 @@ def finite_scanner() -> Optional[Scanner]:
     """The loaded finiteness scan, built and loaded with :func:`fp16_rounder`'s (so None where that is)."""
     kernel = _result()[0]
     return None if kernel is None else kernel["pae_all_finite"]
+
+
+#: ``quant(src, dst, rows, cols, block_rows, block_cols, scales, fmt, dequant, counts, amax)``,
+#: ``amax_of(src, rows, cols, block_rows, block_cols, amax)`` and ``quant_scaled(src, dst, rows,
+#: cols, block_rows, block_cols, scales_out, fmt, epsilon, pow2, dequant, counts, amax)``: see
+#: ``pae_fp8_quant`` and the functions after it in the C file.
+Fp8Kernel = Tuple[Callable[..., int], Callable[..., int], Callable[..., int]]
+
+
+def fp8_kernel() -> Optional[Fp8Kernel]:
+    """The one-pass FP8 rounding (with its saturated/flushed counts and amax), the per-block
+    amax, and both with the scales between them, built and loaded with :func:`fp16_rounder`'s
+    (so None where that is)."""
+    kernel = _result()[0]
+    return None if kernel is None else (kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"],
+                                         kernel["pae_fp8_quant_scaled"])
 
 
 def vector_bits(limit: int = 0) -> Optional[int]:

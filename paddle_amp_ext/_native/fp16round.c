@@ -22,6 +22,9 @@
  * pae_all_finite: whether no value of a float32 array is inf or nan (exponent bits all ones),
  * read once (AVX2 where the CPU has it); the rehearsal's non-finite checks use it instead of a
  * reduction kernel and a host read.
+ *
+ * pae_fp8_quant, pae_fp8_block_amax, pae_fp8_quant_scaled (at the end of this file): the FP8
+ * rehearsal's e4m3fn/e5m2 rounding with CUDA's saturation, counting and amax in one pass.
  */
 #include <stdint.h>
 #include <string.h>
@@ -218,3 +221,216 @@ int pae_vector_bits(int limit) {
 }
 
 #endif
+
+/* ---- FP8 (e4m3fn, e5m2) with CUDA's saturating conversion, for the FP8 rehearsal ------------------
+ *
+ * The arithmetic of paddle_amp_ext/fp8/formats.py:quantize, one element at a time, in one pass:
+ * round the significand of |y| to 3 (e4m3fn) or 2 (e5m2) bits, ties to even (add half an ulp
+ * minus one plus the lowest kept bit, cut: a carry moves into the exponent); below the smallest
+ * normal, (|y| + magic) - magic rounds to the subnormal quantum (magic's float32 ulp is the
+ * quantum), ties to even; NaN takes the subnormal branch and stays NaN; finite values beyond the
+ * range and inf become max (__NV_SATFINITE); the sign is put back (a value rounded to zero keeps
+ * it). Selects only, no branches, so the compiler vectorizes the loop (O3 for these functions).
+ *
+ * pae_fp8_quant: for a row-major [rows, cols] float32 array in blocks of br x bc (the last ones
+ * may be partial; no padding needed), y = src * scale[block] in float32, q = fp8(y), and
+ * dst = q (dequant 0) or q * (1.0f / scale[block]) (dequant 1: the value the GEMM multiplies).
+ * In the same pass it counts into counts[0] the values saturated (|y| beyond max plus half a
+ * step, or inf) and into counts[1] those flushed (0 < |y| <= half the smallest subnormal), and
+ * keeps in *amax the NaN-ignoring max of |src| (as fmaxf; on the bit patterns: below inf the
+ * integer order of |x| is its float order). pae_fp8_block_amax: that amax per block, the first
+ * pass a block's scale needs. MXCSR's FTZ/DAZ are cleared around both (the caller's BLAS may
+ * have set them): float32 subnormals are multiplied and compared as IEEE says. dst may be src.
+ * Both return 0, or -1 for an unknown format (nothing written).
+ */
+#include <math.h>
+#include <stddef.h>
+
+typedef struct {
+    uint32_t shift, half_minus_one, keep, threshold_bits, flush_bits;
+    float magic, min_normal, max;
+} pae_fp8_spec;
+
+static int pae_fp8_spec_of(int fmt, pae_fp8_spec *s) {
+    if (fmt == 0) {  /* e4m3fn: 3 mantissa bits, smallest normal 2**-6, max 448, threshold 464, flush <= 2**-10 */
+        s->shift = 20; s->magic = 0x1p14f; s->min_normal = 0x1p-6f; s->max = 448.0f;
+        s->threshold_bits = 0x43e80000u; s->flush_bits = 0x3a800000u;
+    } else if (fmt == 1) {  /* e5m2: 2 bits, 2**-14, 57344, 61440, flush <= 2**-17 */
+        s->shift = 21; s->magic = 0x1p7f; s->min_normal = 0x1p-14f; s->max = 57344.0f;
+        s->threshold_bits = 0x47700000u; s->flush_bits = 0x37000000u;
+    } else {
+        return -1;
+    }
+    s->half_minus_one = (1u << (s->shift - 1)) - 1u;
+    s->keep = 0xffffffffu << s->shift;
+    return 0;
+}
+
+#pragma GCC push_options
+#pragma GCC optimize("O3", "no-trapping-math")  /* vectorize; no value changes (flags only) */
+
+typedef struct { int64_t saturated, flushed; int32_t amax; } pae_fp8_tally;
+
+/* One block run: src[0..n) scaled, rounded, multiplied by inverse (1.0f: exact) into dst. */
+static inline __attribute__((always_inline)) pae_fp8_tally pae_fp8_body(
+        const int32_t *restrict src, int32_t *restrict dst, int64_t n, float scale, float inverse,
+        const pae_fp8_spec *restrict s, int32_t top) {
+    const int32_t abs_mask = (int32_t)PAE_ABS, inf = (int32_t)PAE_INF;
+    const int32_t half = (int32_t)s->half_minus_one, keep = (int32_t)s->keep, shift = (int32_t)s->shift;
+    const int32_t threshold = (int32_t)s->threshold_bits, flush = (int32_t)s->flush_bits;
+    const float magic = s->magic, min_normal = s->min_normal, max = s->max;
+    int32_t saturated = 0, flushed = 0;  /* n < 2**31 (the driver's runs are) */
+    for (int64_t i = 0; i < n; i++) {
+        int32_t xb = src[i], xa = xb & abs_mask, yb, ya, r;
+        int32_t xm = xa > inf ? 0 : xa;  /* NaN ignored, as fmaxf */
+        top = xm > top ? xm : top;
+        float x, y, size, normal, out;
+        memcpy(&x, &xb, sizeof x);
+        y = x * scale;
+        memcpy(&yb, &y, sizeof yb);
+        ya = yb & abs_mask;
+        memcpy(&size, &ya, sizeof size);
+        r = (int32_t)(((uint32_t)ya + (uint32_t)half + (uint32_t)((ya >> shift) & 1)) & (uint32_t)keep);
+        memcpy(&normal, &r, sizeof normal);
+        out = size >= min_normal ? normal : (size + magic) - magic;  /* NaN: the second, kept NaN */
+        out = out > max ? max : out;  /* SATFINITE; NaN compares false: kept */
+        memcpy(&r, &out, sizeof r);
+        r |= yb & ~abs_mask;  /* the sign, also of a zero */
+        memcpy(&out, &r, sizeof out);
+        out *= inverse;
+        memcpy(dst + i, &out, sizeof out);
+        saturated += (ya > threshold) & (ya <= inf);
+        flushed += (ya != 0) & (ya <= flush);
+    }
+    pae_fp8_tally t = {saturated, flushed, top};
+    return t;
+}
+
+static inline __attribute__((always_inline)) int32_t pae_amax_body(const int32_t *restrict src, int64_t n, int32_t top) {
+    for (int64_t i = 0; i < n; i++) {
+        int32_t xa = src[i] & (int32_t)PAE_ABS;
+        xa = xa > (int32_t)PAE_INF ? 0 : xa;
+        top = xa > top ? xa : top;
+    }
+    return top;
+}
+
+static pae_fp8_tally pae_fp8_plain(const int32_t *src, int32_t *dst, int64_t n, float scale, float inverse,
+                                   const pae_fp8_spec *s, int32_t top) {
+    return pae_fp8_body(src, dst, n, scale, inverse, s, top);
+}
+static int32_t pae_amax_plain(const int32_t *src, int64_t n, int32_t top) { return pae_amax_body(src, n, top); }
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+__attribute__((target("avx2")))
+static pae_fp8_tally pae_fp8_avx2(const int32_t *src, int32_t *dst, int64_t n, float scale, float inverse,
+                                  const pae_fp8_spec *s, int32_t top) {
+    return pae_fp8_body(src, dst, n, scale, inverse, s, top);
+}
+__attribute__((target("avx512f")))
+static pae_fp8_tally pae_fp8_avx512(const int32_t *src, int32_t *dst, int64_t n, float scale, float inverse,
+                                    const pae_fp8_spec *s, int32_t top) {
+    return pae_fp8_body(src, dst, n, scale, inverse, s, top);
+}
+__attribute__((target("avx2")))
+static int32_t pae_amax_avx2(const int32_t *src, int64_t n, int32_t top) { return pae_amax_body(src, n, top); }
+__attribute__((target("avx512f")))
+static int32_t pae_amax_avx512(const int32_t *src, int64_t n, int32_t top) { return pae_amax_body(src, n, top); }
+#endif
+
+#pragma GCC pop_options
+
+typedef pae_fp8_tally (*pae_fp8_fn)(const int32_t *, int32_t *, int64_t, float, float, const pae_fp8_spec *, int32_t);
+typedef int32_t (*pae_amax_fn)(const int32_t *, int64_t, int32_t);
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#define PAE_CSR_SAVE unsigned int pae_csr = _mm_getcsr(); _mm_setcsr(pae_csr & ~PAE_MXCSR_FTZ_DAZ)
+#define PAE_CSR_RESTORE _mm_setcsr(pae_csr)
+static pae_fp8_fn pae_fp8_pick(void) {
+    return avx512() ? pae_fp8_avx512 : (avx2() && width_cap >= 256) ? pae_fp8_avx2 : pae_fp8_plain;
+}
+static pae_amax_fn pae_amax_pick(void) {
+    return avx512() ? pae_amax_avx512 : (avx2() && width_cap >= 256) ? pae_amax_avx2 : pae_amax_plain;
+}
+#else
+#define PAE_CSR_SAVE do {} while (0)
+#define PAE_CSR_RESTORE do {} while (0)
+static pae_fp8_fn pae_fp8_pick(void) { return pae_fp8_plain; }
+static pae_amax_fn pae_amax_pick(void) { return pae_amax_plain; }
+#endif
+
+#define PAE_RUN ((int64_t)1 << 30)
+
+int pae_fp8_quant(const float *src, float *dst, int64_t rows, int64_t cols, int64_t br, int64_t bc,
+                  const float *scale, int fmt, int dequant, int64_t *counts, float *amax) {
+    pae_fp8_spec s;
+    if (pae_fp8_spec_of(fmt, &s) != 0 || br <= 0 || bc <= 0) return -1;
+    pae_fp8_fn run = pae_fp8_pick();
+    int64_t nbc = (cols + bc - 1) / bc;
+    int32_t top = 0;
+    PAE_CSR_SAVE;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row_scale = scale + (r / br) * nbc;
+        for (int64_t c = 0, k = 0; c < cols; c += bc, k++) {
+            float f = row_scale[k], inverse = dequant ? 1.0f / f : 1.0f;
+            for (int64_t at = c, end = cols - c < bc ? cols : c + bc; at < end; at += PAE_RUN) {
+                int64_t n = end - at < PAE_RUN ? end - at : PAE_RUN;  /* the tally's int32 counts */
+                pae_fp8_tally t = run((const int32_t *)(src + r * cols + at), (int32_t *)(dst + r * cols + at),
+                                      n, f, inverse, &s, top);
+                counts[0] += t.saturated;
+                counts[1] += t.flushed;
+                top = t.amax;
+            }
+        }
+    }
+    PAE_CSR_RESTORE;
+    memcpy(amax, &top, sizeof top);
+    return 0;
+}
+
+int pae_fp8_block_amax(const float *src, int64_t rows, int64_t cols, int64_t br, int64_t bc, float *amax) {
+    if (br <= 0 || bc <= 0) return -1;
+    pae_amax_fn run = pae_amax_pick();
+    int64_t nbr = (rows + br - 1) / br, nbc = (cols + bc - 1) / bc;
+    for (int64_t k = 0; k < nbr * nbc; k++) amax[k] = 0.0f;
+    for (int64_t r = 0; r < rows; r++) {
+        float *row_amax = amax + (r / br) * nbc;
+        for (int64_t c = 0, k = 0; c < cols; c += bc, k++) {
+            int32_t top;
+            memcpy(&top, row_amax + k, sizeof top);
+            top = run((const int32_t *)(src + r * cols + c), cols - c < bc ? cols - c : bc, top);
+            memcpy(row_amax + k, &top, sizeof top);
+        }
+    }
+    return 0;
+}
+
+/* pae_fp8_quant_scaled: pae_fp8_block_amax, then each block's scale from its amax as Paddle's
+ * ScaleWrapper computes it (fp8_quant_blockwise_kernel.cu; paddle_amp_ext/fp8/kernels.py
+ * scale_from_amax): max / fmaxf(amax, epsilon) in float32, 1 when that is 0, 2**127 (pow2) or
+ * 0x1.FEp127 when the quotient is inf, only its exponent bits with pow2; written to scale, then
+ * pae_fp8_quant with those scales. One call where three took three. */
+int pae_fp8_quant_scaled(const float *src, float *dst, int64_t rows, int64_t cols, int64_t br, int64_t bc,
+                         float *scale, int fmt, float epsilon, int pow2, int dequant, int64_t *counts, float *amax) {
+    pae_fp8_spec s;
+    if (pae_fp8_spec_of(fmt, &s) != 0 || pae_fp8_block_amax(src, rows, cols, br, bc, scale) != 0) return -1;
+    int64_t blocks = ((rows + br - 1) / br) * ((cols + bc - 1) / bc);
+    for (int64_t k = 0; k < blocks; k++) {
+        float m = scale[k] > epsilon ? scale[k] : epsilon, f;
+        if (m == 0.0f) {
+            f = 1.0f;
+        } else {
+            f = s.max / m;
+            if (f == (float)INFINITY) f = pow2 ? 0x1p127f : 0x1.FEp127f;
+            if (pow2) {
+                uint32_t b;
+                memcpy(&b, &f, sizeof b);
+                b &= PAE_INF;
+                memcpy(&f, &b, sizeof f);
+            }
+        }
+        scale[k] = f;
+    }
+    return pae_fp8_quant(src, dst, rows, cols, br, bc, scale, fmt, dequant, counts, amax);
+}
+

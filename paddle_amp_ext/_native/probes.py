@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Callable, List, Tuple
 
 Probe = Tuple[List[float], List[float]]
@@ -67,3 +68,78 @@ def wrong_finite_answer(scan: Callable[[int, int], int]) -> str:
                 if scan(ctypes.addressof(copy), len(values)) != 0:
                     wrong.append(f"{bad} at {position} of {len(values)}")
     return "; ".join(wrong[:5])
+
+
+def fp8_probe(fmt: int) -> Tuple[List[float], List[float], Tuple[int, int]]:
+    """Values at every kind of FP8 rounding decision for format code ``fmt`` (0: e4m3fn, 1: e5m2),
+    their SATFINITE values written out (ties to even, subnormals, saturation of overflow and inf,
+    the sign of a flushed zero), and how many of them saturate and flush."""
+    nan = float("nan")
+    if fmt == 0:
+        inputs = [0.1, 1.0625, 1.1875, 479.0, 480.0, 1e30, float("inf"), -float("inf"), 2.0**-10, 3 * 2.0**-10,
+                  -2.0**-10, 2.0**-6 - 2.0**-10, -300.5, 1e-40, 0.0, nan]
+        expected = [0.1015625, 1.0, 1.25, 448.0, 448.0, 448.0, 448.0, -448.0, 0.0, 2.0**-8, -0.0, 2.0**-6, -288.0,
+                    0.0, 0.0, nan]
+        return inputs, expected, (5, 3)  # beyond 464: 479, 480, 1e30, +-inf; at most 2**-10: +-2**-10, 1e-40
+    inputs = [0.1, 1.125, 1.375, 61439.0, 61440.0, 1e30, float("inf"), -float("inf"), 2.0**-17, 3 * 2.0**-17,
+              -2.0**-17, 2.0**-14 - 2.0**-17, -300.5, 1e-40, 0.0, nan]
+    expected = [0.09375, 1.0, 1.5, 57344.0, 57344.0, 57344.0, 57344.0, -57344.0, 0.0, 2.0**-15, -0.0, 2.0**-14,
+                -320.0, 0.0, 0.0, nan]
+    return inputs, expected, (3, 3)  # beyond 61440: 1e30, +-inf
+
+
+def _same(got: List[float], wanted: List[float]) -> bool:
+    return all((g != g and w != w) or (g == w and math.copysign(1, g) == math.copysign(1, w))
+               for g, w in zip(got, wanted))
+
+
+def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int], quant_scaled: Callable[..., int]) -> str:
+    """'' when the FP8 kernel rounds, counts and finds the amax of each format's probe (alone and
+    repeated to :data:`TILED` values, so the vector loops and the tail both see every value), and
+    the block amax and dequantizing scales agree, else what it got wrong."""
+    for fmt in (0, 1):
+        values, expected, (sat, flush) = fp8_probe(fmt)
+        repeat = -(-TILED // len(values))
+        for given, wanted, times in ((values, expected, 1), ((values * repeat)[:TILED], (expected * repeat)[:TILED],
+                                                            None)):
+            n = len(given)
+            src, dst = (ctypes.c_float * n)(*given), (ctypes.c_float * n)()
+            scale, counts, amax = (ctypes.c_float * 1)(1.0), (ctypes.c_int64 * 2)(), (ctypes.c_float * 1)()
+            if quant(ctypes.addressof(src), ctypes.addressof(dst), 1, n, 1, n, ctypes.addressof(scale), fmt, 0,
+                     ctypes.addressof(counts), ctypes.addressof(amax)) != 0:
+                return f"format {fmt}: refused"
+            copies = times or n // len(values)
+            extra = given[copies * len(values):] if times is None else []
+            want_counts = [sat * copies + sum(1 for v in extra if _saturates(v, fmt)),
+                           flush * copies + sum(1 for v in extra if _flushes(v, fmt))]
+            if not _same(list(dst), wanted) or list(counts) != want_counts or amax[0] != float("inf"):
+                return f"format {fmt}, {n} values: {list(dst)}, counts {list(counts)}, amax {amax[0]}"
+    # two 1x2 blocks with scales 2 and 0.5, dequantized; their amax blocks
+    src = (ctypes.c_float * 4)(3.0, -0.3, 100.0, float("nan"))
+    dst, scale = (ctypes.c_float * 4)(), (ctypes.c_float * 2)(2.0, 0.5)
+    counts, amax, blocks = (ctypes.c_int64 * 2)(), (ctypes.c_float * 1)(), (ctypes.c_float * 2)()
+    quant(ctypes.addressof(src), ctypes.addressof(dst), 1, 4, 1, 2, ctypes.addressof(scale), 0, 1,
+          ctypes.addressof(counts), ctypes.addressof(amax))
+    amax_of(ctypes.addressof(src), 2, 2, 2, 1, ctypes.addressof(blocks))  # as 2x2 in 2x1 blocks: per column
+    if (list(dst)[:3] != [3.0, -0.3125, 96.0] or dst[3] == dst[3] or amax[0] != 100.0
+            or list(blocks) != [100.0, ctypes.c_float(0.3).value]):
+        return f"blocks: {list(dst)}, amax {amax[0]}, block amax {list(blocks)}"
+    # ScaleWrapper: amax 1 -> 256, 3 -> 128 (power of 2: rounded down), 0 -> 1, inf -> 0; 0x1.FEp127
+    # without pow2 for an amax whose quotient is inf
+    src = (ctypes.c_float * 5)(1.0, 3.0, 0.0, float("inf"), 1e-45)
+    for pow2, want in ((1, [256.0, 128.0, 1.0, 0.0, 2.0**127]), (0, [448.0, 448.0 / 3, 1.0, 0.0,
+                                                                        float.fromhex("0x1.FEp127")])):
+        scales, dst = (ctypes.c_float * 5)(), (ctypes.c_float * 5)()
+        quant_scaled(ctypes.addressof(src), ctypes.addressof(dst), 1, 5, 1, 1, ctypes.addressof(scales), 0, 0.0,
+                     pow2, 0, ctypes.addressof(counts), ctypes.addressof(amax))
+        if list(scales) != [ctypes.c_float(w).value for w in want]:
+            return f"scales (pow2={pow2}): {list(scales)} != {want}"
+    return ""
+
+
+def _saturates(value: float, fmt: int) -> bool:
+    return abs(value) > (464.0 if fmt == 0 else 61440.0)
+
+
+def _flushes(value: float, fmt: int) -> bool:
+    return 0 < abs(value) <= (2.0**-10 if fmt == 0 else 2.0**-17)

@@ -1,5 +1,7 @@
 """``python -m paddle_amp_ext.doctor [--dtype D] [--loss-scale S] [--json] SCRIPT [ARGS...]``.
 
+``--fp8 RECIPE``: the FP8 doctor instead (:mod:`._doctor_fp8`).
+
 Also ``paddle-amp-doctor``. Exit codes (see :mod:`paddle_amp_ext.cli`): 0 every watched value fit and the script ended
 normally, 1 an overflow was found or the model is already inf/nan in float32 (``--advise``: the
 rehearsal with the proposal is not clean, or the batch is not finite in float32: nothing is
@@ -15,7 +17,8 @@ import argparse
 import sys
 from typing import List, Optional
 
-from . import FOUND, OK, SCRIPT_FAILED, UsageError, emit, fail, parse, positive_float, report_script_end
+from . import FOUND, OK, SCRIPT_FAILED, UsageError, _doctor_fp8, emit, fail, parse, positive_float, report_script_end
+from ._doctor_fp8 import RECIPES
 
 PROG = "python -m paddle_amp_ext.doctor"
 
@@ -35,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="instead: run the script to its first model call, measure that batch in float32 and in "
                              "rehearsal, print the advice and write the proposed config to AMP_TOML (exit 0 when the "
                              "rehearsal with it is clean, 1 when not or when the batch is inf/nan in float32)")
+    parser.add_argument("--fp8", metavar="RECIPE", choices=RECIPES,
+                        help="instead: run the script with its nn.Linear layers in FP8 under RECIPE (blockwise, "
+                             "current or delayed) and name the layer and tensor that lose most, with the fix; "
+                             "with --advise, write fp8_exclude_layers to AMP_TOML (exit 1 when a tensor loses "
+                             "more than 1%%)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -50,6 +58,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return fail(PROG, str(exc))
     if argv is None:
         claim_start_entry()  # the script's folder replaces the command's on sys.path, as python script.py
+    if args.fp8:
+        return _doctor_fp8.run(PROG, args)
     if args.advise:
         return _advise(args)
     try:

@@ -26,14 +26,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import paddle
 
-from .formats import fp8_format, quantize
-from .kernels import BLOCK, quant_1x128, quant_128x128, scale_from_amax
+from .blocks import Quantized, quantize_blocks
+from .formats import fp8_format
+from .kernels import BLOCK, scale_from_amax
 from .stats import Fp8Stats
 
 SCALINGS = ("blockwise", "current", "delayed")
@@ -89,11 +92,6 @@ class Fp8Recipe:
                         f"(of type {type(recipe).__name__})")
 
 
-def _pad(a: np.ndarray, rows: int = 1, cols: int = BLOCK) -> np.ndarray:
-    pr, pc = (-a.shape[0]) % rows, (-a.shape[1]) % cols
-    return np.pad(a, ((0, pr), (0, pc))) if pr or pc else a
-
-
 @dataclass
 class _LayerState:
     name: str
@@ -102,53 +100,55 @@ class _LayerState:
     history: Dict[str, collections.deque] = field(default_factory=dict)
     scale: Dict[str, np.float32] = field(default_factory=dict)
 
-    def _observer(self, role: str, fmt: str, count: int) -> Optional[Callable]:
-        if self.stats is None:
-            return None
-        return lambda scaled, amax, scale: self.stats.add(self.name, role, fmt, scaled, float(np.max(amax, initial=0)),
-                                                          np.asarray(scale, np.float32).ravel(), count)
-
-    def dequant(self, a: np.ndarray, role: str, along: str) -> np.ndarray:
+    def dequant(self, a: np.ndarray, role: str, along: str) -> paddle.Tensor:
         """``a`` [R, C] as the recipe stores it, back in float32. ``along``: ``"rows"`` (1x128
         blocks along C), ``"rows_quiet"`` (the same, not recorded: the second quantization of a
-        tensor in a step) or ``"tiles"`` (128x128)."""
+        tensor in a step) or ``"tiles"`` (128x128). One pass of the compiled kernel rounds,
+        counts and finds the amax (:mod:`.blocks`); a blockwise or current scale needs the
+        amax first, one more pass. The values are written straight into the returned tensor's
+        memory on a CPU (:func:`_float32_tensor`)."""
         r = self.recipe
         fmt = r.grad_fmt if role == "output_grad" else r.fmt
-        observe = self._observer(role, fmt, a.size) if along != "rows_quiet" else None  # one record per tensor, step
         if r.scaling == "blockwise":
-            rows, cols = a.shape
-            with np.errstate(invalid="ignore", over="ignore"):
-                if along == "tiles":
-                    q, inv = quant_128x128(_pad(a, BLOCK, BLOCK), r.epsilon, r.pow2, fmt, observe)
-                    blocks = q.reshape(inv.shape[0], BLOCK, inv.shape[1], BLOCK)
-                    blocks *= inv[:, None, :, None]
-                else:
-                    q, inv = quant_1x128(_pad(a), r.epsilon, r.pow2, fmt, observe)
-                    blocks = q.reshape(q.shape[0], inv.shape[1], BLOCK)
-                    blocks *= inv[:, :, None]
-            return q[:rows, :cols]
-        amax = np.fmax.reduce(np.abs(a), axis=None, initial=np.float32(0.0))
-        if r.scaling == "current":
-            scale = scale_from_amax(amax, r.epsilon, r.pow2, fmt)
+            block = (BLOCK, BLOCK) if along == "tiles" else (1, BLOCK)
         else:
-            scale = self.scale.get(role, np.float32(1.0))
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            scaled = a * scale
-            if observe is not None:
-                observe(scaled, amax, np.array([scale], np.float32))
-            out = quantize(scaled, fmt) * (np.float32(1.0) / scale)
+            block = (max(a.shape[0], 1), max(a.shape[1], 1))  # one scale for the tensor
+        tensor, view = _float32_tensor(a.shape)
+        if r.scaling == "delayed":
+            scales = np.array([[self.scale.get(role, np.float32(1.0))]], np.float32)
+        else:  # the amax, then the scales, in the kernel's same call
+            scales = None if a.size else np.ones((1, 1) if r.scaling == "current" else (0, 0), np.float32)
+        if a.size:
+            out = quantize_blocks(a, block, scales, fmt, out=view, epsilon=r.epsilon, pow2=r.pow2)
+        else:
+            out = Quantized(view, 0, 0, 0.0, scales)
+        if self.stats is not None and along != "rows_quiet":  # one record per tensor and step
+            self.stats.add_counts(self.name, role, fmt, out.saturated, out.flushed, a.size, out.amax,
+                                  out.scales.ravel())
         if r.scaling == "delayed":
             hist = self.history.setdefault(role, collections.deque(maxlen=r.amax_history_len))
-            hist.append(float(amax))
+            hist.append(out.amax)
             top = max(hist)
             if np.isfinite(top) and top > 0:
                 self.scale[role] = np.float32(scale_from_amax(np.float32(top), r.epsilon, r.pow2, fmt)
                                               / np.float32(2.0**r.margin))
-        return out
+        return tensor if tensor is not None else paddle.to_tensor(out.values)
 
 
-def _tensor(a: np.ndarray) -> paddle.Tensor:
-    return paddle.to_tensor(np.ascontiguousarray(a, np.float32))
+#: Below this many values ``paddle.to_tensor``'s copy costs less than ``paddle.empty``'s call.
+_VIEW_FROM = 1 << 16
+
+
+def _float32_tensor(shape: Tuple[int, int]) -> Tuple[Optional[paddle.Tensor], np.ndarray]:
+    """A new float32 tensor and a numpy view of its memory (``Tensor.data_ptr()``) to write it
+    through, without the copy of ``paddle.to_tensor``; where the default device is not the CPU
+    (or the tensor is small or empty), None and a numpy array that :meth:`_LayerState.dequant`
+    copies over."""
+    if shape[0] * shape[1] < _VIEW_FROM or paddle.device.get_device() != "cpu":
+        return None, np.zeros(shape, np.float32)
+    tensor = paddle.empty(list(shape), "float32")
+    buffer = (ctypes.c_float * (shape[0] * shape[1])).from_address(tensor.data_ptr())
+    return tensor, np.ctypeslib.as_array(buffer).reshape(shape)  # alive while the tensor is: the caller keeps both
 
 
 def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False):
@@ -160,6 +160,17 @@ def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, trans
     return paddle.matmul(a, b, transpose_x=transpose_x, transpose_y=transpose_y)
 
 
+def _host(t: paddle.Tensor, cols: int) -> np.ndarray:
+    """``t`` as a float32 ``[-1, cols]`` numpy array: a view of its memory (``Tensor.data_ptr()``)
+    where ``t`` is a large contiguous float32 CPU tensor (valid only while ``t`` lives and is not
+    written: for operands used inside one call), else a copy (``.numpy()``, which syncs)."""
+    n = math.prod(t.shape)
+    if (n >= _VIEW_FROM and t.dtype == paddle.float32 and t.place.is_cpu_place() and t.is_contiguous()
+            and not getattr(t, "is_dist", lambda: False)()):
+        return np.ctypeslib.as_array((ctypes.c_float * n).from_address(t.data_ptr())).reshape(-1, cols)
+    return t.reshape([-1, cols]).astype("float32").numpy()
+
+
 class _Fp8LinearFn(paddle.autograd.PyLayer):
     """The GEMMs by Paddle's float32 CPU matmul on the dequantized operands (float32 accumulation;
     numpy's threaded BLAS ran 40 times slower next to Paddle's threads on a busy machine)."""
@@ -169,9 +180,9 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
         *bias, state = bias_and_state
         shape = list(x.shape)
         x2 = x.reshape([-1, shape[-1]]).astype("float32").numpy()
-        w = weight.astype("float32").numpy()
-        xq = _tensor(state.dequant(x2, "input", "rows"))
-        wq = _tensor(state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows"))
+        w = _host(weight, weight.shape[-1])  # used only inside this call: a view where it can be
+        xq = state.dequant(x2, "input", "rows")
+        wq = state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows")
         if x2.shape[0] == 0:  # an empty batch: Paddle 2.6's ops refuse empty operands
             y = paddle.to_tensor(np.zeros([0, w.shape[1]], np.float32))
         else:
@@ -188,12 +199,12 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
     @staticmethod
     def backward(ctx, dy):  # noqa: D102
         state = ctx.state
-        g = dy.reshape([-1, dy.shape[-1]]).astype("float32").numpy()
-        gq = _tensor(state.dequant(g, "output_grad", "rows"))
+        g = _host(dy, dy.shape[-1])  # dy lives through this call
+        gq = state.dequant(g, "output_grad", "rows")
         dx = _matmul(gq, ctx.wq, transpose_y=True)  # contracts N: blocks along N
         if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
-            xt = _tensor(state.dequant(np.ascontiguousarray(ctx.x2.T), "input", "rows_quiet"))
-            gt = _tensor(state.dequant(np.ascontiguousarray(g.T), "output_grad", "rows_quiet"))
+            xt = state.dequant(np.ascontiguousarray(ctx.x2.T), "input", "rows_quiet")
+            gt = state.dequant(np.ascontiguousarray(g.T), "output_grad", "rows_quiet")
             dw = _matmul(xt, gt, transpose_y=True)
         else:  # one scale per tensor: the quantized x and dy of the other GEMMs
             dw = _matmul(ctx.x2, gq, transpose_x=True)

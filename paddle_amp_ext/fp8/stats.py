@@ -60,7 +60,15 @@ class Fp8Stats:
     def add(self, layer: str, role: str, fmt: str, scaled: np.ndarray, amax: float, scales: np.ndarray,
             count: Optional[int] = None) -> None:
         """Record one quantization of ``count`` values (``scaled``: before rounding, maybe padded)."""
+        count = scaled.size if count is None else count
         sat, flush = measure(scaled, fmt, count)
+        self.add_counts(layer, role, fmt, round(sat * count), round(flush * count), count, amax, scales)
+
+    def add_counts(self, layer: str, role: str, fmt: str, n_saturated: int, n_flushed: int, count: int,
+                   amax: float, scales: np.ndarray) -> None:
+        """Record one quantization of ``count`` values of which ``n_saturated`` saturated and
+        ``n_flushed`` flushed (counted by the kernel that rounded them)."""
+        sat, flush = (n_saturated / count, n_flushed / count) if count else (0.0, 0.0)
         finite = scales[np.isfinite(scales)] if scales.size else scales
         low = float(finite.min()) if finite.size else float("nan")
         high = float(finite.max()) if finite.size else float("nan")

@@ -95,3 +95,14 @@ def test_record_off_keeps_the_stats_empty_and_the_results_equal():
     with pytest.raises(TypeError, match="record must be True or False. Received: record='no'"):
         with fp8_linears(model, record="no"):
             pass
+
+
+@pytest.mark.parametrize("recipe", ["blockwise", "current", "delayed"])
+def test_an_empty_batch_trains_backward_to_zero_gradients(recipe):
+    model = paddle.nn.Linear(4, 3)
+    x = paddle.zeros([0, 4])
+    x.stop_gradient = False
+    with fp8_linears(model, recipe):  # no .sum(): Paddle 2.6 refuses to reduce an empty tensor
+        paddle.autograd.backward([model(x)], [paddle.ones([0, 3])])
+    assert x.grad is None or list(x.grad.shape) == [0, 4]  # Paddle 2.6 leaves an empty input's gradient None
+    assert model.weight.grad.numpy().tolist() == [[0.0] * 3] * 4
