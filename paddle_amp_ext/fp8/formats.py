@@ -31,19 +31,28 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Fp8Format:
-    """One FP8 format: its name, significand bits, smallest normal exponent and largest value."""
+    """One FP8 format.
+
+    Attributes:
+        name: ``"e4m3fn"`` or ``"e5m2"``.
+        mantissa_bits: the significand's stored bits (3 or 2).
+        min_exponent: the exponent of the smallest normal value, ``2**min_exponent``.
+        max: the largest finite value, the saturation bound (448 or 57344).
+    """
 
     name: str
     mantissa_bits: int
-    min_exponent: int  # of the smallest normal, 2**min_exponent
-    max: float  # largest finite value (the saturation bound)
+    min_exponent: int
+    max: float
 
     @property
     def min_normal(self) -> float:
+        """The smallest normal value, ``2**min_exponent``."""
         return 2.0**self.min_exponent
 
     @property
     def min_subnormal(self) -> float:
+        """The smallest subnormal value: below half of it a value rounds to zero."""
         return 2.0 ** (self.min_exponent - self.mantissa_bits)
 
 
@@ -86,7 +95,7 @@ def quantize(x: np.ndarray, fmt: object = "e4m3fn") -> np.ndarray:
 
     Returns:
         A new float32 array of FP8 values: nearest-even rounding, subnormals kept, finite
-        values beyond the range and +-inf saturated to +-max, NaN kept.
+            values beyond the range and +-inf saturated to +-max, NaN kept.
 
     Raises:
         ValueError: ``fmt`` names no FP8 format.

@@ -29,7 +29,7 @@ DeepGEMM also end in float32, but Hopper's FP8 Tensor Cores keep only about 14 b
 accumulator *within* each promotion interval (DeepSeek-V3 report, section 3.3.2); with fast
 accumulation off the partial sums are promoted to float32 every 128 (DeepGEMM: every block of K)
 products. So the GPU's result differs from this one by the float32 summation order plus up to
-about ``2**-14`` relative per 128-term partial sum; see docs/fp8.md.
+about ``2**-14`` relative per 128-term partial sum; the FP8 page of the documentation says more.
 """
 
 from __future__ import annotations

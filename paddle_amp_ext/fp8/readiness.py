@@ -82,7 +82,14 @@ class Fp8Software:
 
 @dataclass(frozen=True)
 class RecipeVerdict:
-    """One recipe's answer: ``ok``, the ``reason`` (one sentence) and the ``source`` it rests on."""
+    """One recipe's answer.
+
+    Attributes:
+        recipe: ``"per_tensor"``, ``"blockwise"``, ``"ernie_qat"`` or ``"deep_gemm"``.
+        ok: whether this GPU, CUDA, cuBLAS and Paddle can run it.
+        reason: one sentence saying why (or why not).
+        source: the file of Paddle or PaddleFormers the rule was read from.
+    """
 
     recipe: str
     ok: bool

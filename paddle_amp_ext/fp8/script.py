@@ -30,9 +30,16 @@ NO_FP8_DTYPES = ("Paddle {version} has no FP8 dtypes (paddle.float8_e4m3fn arriv
 
 @dataclass(frozen=True)
 class Fp8ScriptRun:
-    """How a script ran with FP8 rehearsed: the ``stats``, the script's ``exit_code`` (as
-    ``python script.py`` would exit), the exception it raised (``error``), what it printed for
-    ``sys.exit(obj)`` (``exit_message``), how many top-level ``models`` were switched, ``notes``."""
+    """How a script ran with FP8 rehearsed.
+
+    Attributes:
+        stats: what each FP8 linear's quantizations lost.
+        exit_code: the script's exit code, as ``python script.py`` would exit.
+        error: the exception the script raised, or None.
+        exit_message: what ``sys.exit(obj)`` printed, or None.
+        models: how many top-level models were switched to FP8 linears.
+        notes: what the report should say besides (e.g. Paddle 2.6 emulates no FP8 kernel).
+    """
 
     stats: Fp8Stats
     exit_code: int

@@ -22,9 +22,19 @@ ROLES = ("input", "weight", "output_grad")
 
 @dataclass(frozen=True)
 class QuantRecord:
-    """One quantization: ``layer``, ``role`` (input / weight / output_grad), ``step``, the FP8
-    format, the fractions of values ``saturated`` (clipped to +-max) and ``flushed`` (nonzero
-    but rounded to zero), the tensor's ``amax`` and the range of its scales."""
+    """One quantization of one tensor.
+
+    Attributes:
+        layer: the layer's name in the model.
+        role: ``"input"``, ``"weight"`` or ``"output_grad"``.
+        step: the training step it belongs to.
+        fmt: the FP8 format (``"e4m3fn"`` or ``"e5m2"``).
+        saturated: the fraction of values clipped to +-max.
+        flushed: the fraction of nonzero values rounded to zero.
+        amax: the tensor's largest absolute value.
+        scale_min: the smallest of its scales.
+        scale_max: the largest of its scales.
+    """
 
     layer: str
     role: str
