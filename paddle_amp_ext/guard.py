@@ -34,7 +34,6 @@ import paddle
 
 from . import _compat
 from .config import AmpConfig
-from .distributed.skip import AutoDataParallel
 from .events import StepResult
 from .gradients import Pair, applied_grads
 from .scaler import GradScaler
@@ -55,12 +54,13 @@ class _GuardScaler(GradScaler):
         return applied_grads(optimizer, self.parameters if parameters is None else parameters, via=self.via)
 
     def _rides_on_norm(self, optimizer: Any, clip: Any, parameters: Any, judged: list, in_step: bool) -> bool:
-        """Under auto-dp, an intercepted plain ``step()`` rides on the optimizer's own global-norm
-        clip, run inside that step (the re-entered call passes through): no flag all-reduce. Every
-        other call applies the step itself, so its flag is agreed before it."""
+        """Where the layout says so (auto-dp: ``guard_rides_on_own_clip``), an intercepted plain
+        ``step()`` rides on the optimizer's own global-norm clip, run inside that step (the
+        re-entered call passes through): no flag all-reduce. Every other call applies the step
+        itself, so its flag is agreed before it."""
         method, args, kwargs = self.call
         if (self.via != "step" or args or kwargs or getattr(method, "__name__", "") != "step"
-                or not isinstance(self._strategy(optimizer), AutoDataParallel)):
+                or not self._strategy(optimizer).guard_rides_on_own_clip):
             return False
         return super()._rides_on_norm(optimizer, clip, parameters, judged, in_step)
 

@@ -31,6 +31,7 @@ class AutoDataParallel(SkipStrategy):
     gradients = "this rank's own addend, labelled Replicate"
     clips_in_step = True
     own_clip_is_global = True
+    guard_rides_on_own_clip = True
 
     def agree(self, flag: Flag, optimizer: Any, scaler: Optional[Any] = None) -> Flag:
         return reduce_local_max(flag, self.layout.group)

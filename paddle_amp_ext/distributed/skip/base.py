@@ -37,6 +37,9 @@ class SkipStrategy:
     #: the optimizer's own ``ClipGradByGlobalNorm`` sees the global norm inside its step, so a
     #: skip with no clip of ours can ride on it (besides :attr:`clips_in_step`)
     own_clip_is_global: ClassVar[bool] = False
+    #: a guarded plain ``optimizer.step()`` (a bf16 Trainer's) rides on the optimizer's own clip
+    #: instead of agreeing its flag first (where that saves the only collective of ours)
+    guard_rides_on_own_clip: ClassVar[bool] = False
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
