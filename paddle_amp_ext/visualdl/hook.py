@@ -173,10 +173,14 @@ class NotCopyable:
                          "scaler, use scaler.state_dict() / set_state_dict().")
 
 
+#: the registry's tag names, bound once (``on_step`` runs every step)
+_LOSS, _LOSS_SCALE, _LOG2_LOSS_SCALE = metrics.LOSS.name, metrics.LOSS_SCALE.name, metrics.LOG2_LOSS_SCALE.name
+_SKIPPED_STEPS, _GRAD_NORM, _LR = metrics.SKIPPED_STEPS.name, metrics.GRAD_NORM.name, metrics.LR.name
+
+
 def scale_rows(loss_scale: float) -> List[Row]:
     """``amp/loss_scale`` (raw, e.g. 65536) and ``amp/log2_loss_scale`` (16) for a host scale."""
-    return [(metrics.LOSS_SCALE.name, loss_scale),
-            (metrics.LOG2_LOSS_SCALE.name, math.log2(loss_scale) if loss_scale > 0 else float("-inf"))]
+    return [(_LOSS_SCALE, loss_scale), (_LOG2_LOSS_SCALE, math.log2(loss_scale) if loss_scale > 0 else float("-inf"))]
 
 
 #: the largest step VisualDL's ``Value.id`` (an int64) holds
@@ -284,14 +288,14 @@ class VisualDLHook(NotCopyable):
             step = checked_step(step)
         result = event.result
         self._skipped += result.skipped
-        rows: List[Row] = [] if event.loss is None else [(metrics.LOSS.name, self._loss(event.loss))]
+        rows: List[Row] = [] if event.loss is None else [(_LOSS, self._loss(event.loss))]
         rows += scale_rows(result.loss_scale)
-        rows.append((metrics.SKIPPED_STEPS.name, float(self._skipped)))
+        rows.append((_SKIPPED_STEPS, float(self._skipped)))
         if result.grad_norm is not None:
             # a DistTensor norm is Replicate: its local value is the global norm (read with no collective)
-            rows.append((metrics.GRAD_NORM.name, _compat.local_value(result.grad_norm)))
+            rows.append((_GRAD_NORM, _compat.local_value(result.grad_norm)))
         if event.lr is not None:
-            rows.append((metrics.LR.name, event.lr))
+            rows.append((_LR, event.lr))
         add_step(self._outs, step, rows)
 
     def _loss(self, loss: Any) -> Any:
