@@ -25,8 +25,8 @@ def test_registry_names_are_unique_grouped_and_in_dashboard_order():
     assert all(m.name == "amp/" + m.key for m in metrics.METRICS)
     assert metrics.metric("amp/loss_scale") is metrics.LOSS_SCALE
     assert [m.trainer_key for m in metrics.METRICS if m.trainer_key] == ["loss_scale", "skipped_steps", "grad_norm"]
-    table = metrics.markdown_table().splitlines()
-    assert len(table) == 2 + len(metrics.METRICS) and table[2].startswith("| `amp/loss` |")
+    table = metrics.markdown_table().splitlines()  # the AMP metrics, then the FP8 family (tests/test_fp8_tags.py)
+    assert len(table) == 2 + len(metrics.METRICS) + len(metrics.FP8_METRICS) and table[2].startswith("| `amp/loss` |")
 
 
 def test_event_file_is_byte_identical_to_tensorboards_own_writer():

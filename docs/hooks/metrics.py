@@ -1,8 +1,9 @@
-"""MkDocs hook: the AMP metrics table, rendered from the registry (``paddle_amp_ext/dashboards/metrics.py``).
+"""MkDocs hook: the metrics tables, rendered from the registry (``paddle_amp_ext/dashboards/metrics.py``).
 
-A page holds ``<!-- metrics-table -->``; the hook replaces it with the registry's Markdown table.
-The registry imports only the standard library, so it is loaded from its file (importing the
-package would import Paddle, which the docs venv lacks).
+A page holds ``<!-- metrics-table -->`` (every metric: the AMP ones, then the FP8 family) or
+``<!-- metrics-table:amp -->`` / ``<!-- metrics-table:fp8 -->`` (one family); the hook replaces
+it with the registry's Markdown table. The registry imports only the standard library, so it is
+loaded from its file (importing the package would import Paddle, which the docs venv lacks).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MARKER = re.compile(r"<!--\s*metrics-table\s*-->")
+MARKER = re.compile(r"<!--\s*metrics-table(?::(\w+))?\s*-->")
 
 
 def registry():
@@ -28,5 +29,5 @@ def registry():
 def on_page_markdown(markdown: str, **kwargs) -> str:
     if not MARKER.search(markdown):
         return markdown
-    table = registry().markdown_table()
-    return MARKER.sub(lambda _: table, markdown)
+    module = registry()
+    return MARKER.sub(lambda match: module.markdown_table(match.group(1)), markdown)

@@ -4,20 +4,26 @@
 :func:`~paddle_amp_ext.fp8.linear.fp8_linears` makes (the input, weight and output gradient of
 each FP8 linear, every step); :meth:`Fp8Stats.summary` reduces them per layer and tensor,
 :meth:`Fp8Stats.worst` names the tensor that loses most and the fix, and :meth:`Fp8Stats.scalars`
-gives dashboard tags (``fp8/<layer>/<tensor>/saturated`` ...).
+gives a step's dashboard tags, named by the metric registry
+(:func:`paddle_amp_ext.dashboards.metrics.fp8_tag`: ``fp8/<layer>/<tensor>/saturated`` ...).
+A hook that watches the stats (``VisualDLHook.watch_fp8``) writes them at every scaler step,
+taking each step's records with :meth:`Fp8Stats.end_step`.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import threading
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from .formats import flushed, fp8_format, saturated
+from .._log import warn_once
+from ..dashboards.metrics import FP8_QUANTITIES, FP8_TENSORS, fp8_tag
 
-ROLES = ("input", "weight", "output_grad")
+ROLES = FP8_TENSORS
 
 
 @dataclass(frozen=True)
@@ -47,32 +53,15 @@ class QuantRecord:
     scale_max: float
 
 
-def measure(scaled: np.ndarray, fmt: str, count: Optional[int] = None) -> Tuple[float, float]:
-    """(saturated fraction, flushed fraction) of ``scaled`` (values already multiplied by their
-    scales, before rounding to ``fmt``), out of ``count`` values (default: all; padding zeros
-    are neither); (0, 0) for none."""
-    count = scaled.size if count is None else count
-    if count == 0:
-        return 0.0, 0.0
-    spec = fp8_format(fmt)
-    return float(saturated(scaled, spec).sum()) / count, float(flushed(scaled, spec).sum()) / count
-
-
 class Fp8Stats:
     """The records of an FP8 run; thread-safe appends. ``step`` counts optimizer steps as
-    :meth:`next_step` is called (``fp8_linears`` does not know where a step ends)."""
+    :meth:`next_step` (or :meth:`end_step`, which a hook watching the stats calls at every
+    scaler step) is called: ``fp8_linears`` does not know where a step ends."""
 
     def __init__(self) -> None:
         self.records: List[QuantRecord] = []
         self.step = 0
         self._lock = threading.Lock()
-
-    def add(self, layer: str, role: str, fmt: str, scaled: np.ndarray, amax: float, scales: np.ndarray,
-            count: Optional[int] = None) -> None:
-        """Record one quantization of ``count`` values (``scaled``: before rounding, maybe padded)."""
-        count = scaled.size if count is None else count
-        sat, flush = measure(scaled, fmt, count)
-        self.add_counts(layer, role, fmt, round(sat * count), round(flush * count), count, amax, scales)
 
     def add_counts(self, layer: str, role: str, fmt: str, n_saturated: int, n_flushed: int, count: int,
                    amax: float, scales: np.ndarray) -> None:
@@ -87,35 +76,68 @@ class Fp8Stats:
 
     def next_step(self) -> None:
         """Mark the end of a training step: later records carry the next step number."""
-        self.step += 1
+        with self._lock:
+            self.step += 1
+
+    def end_step(self, since: int = 0) -> Tuple[Dict[str, float], int]:
+        """End the step (as :meth:`next_step`) and take the records made since position ``since``.
+
+        This is how a hook writes each scaler step's records at its own step number: it keeps the
+        position this returns and passes it back at the next step, so records are taken by
+        position, once each, whatever their ``step`` field says.
+
+        Args:
+            since: the position returned by the previous call (0 at first).
+
+        Returns:
+            (the dashboard tags of ``records[since:]``, reduced as :meth:`scalars` reduces a
+            step's records; the position to pass next time).
+
+        Raises:
+            TypeError, ValueError: ``since`` is not an int from 0 to ``len(records)``.
+        """
+        if isinstance(since, bool) or not isinstance(since, int):
+            raise TypeError(f"since must be the int end_step returned last (0 at first). Received: since={since!r} "
+                            f"(of type {type(since).__name__})")
+        with self._lock:
+            end = len(self.records)
+            if not 0 <= since <= end:
+                raise ValueError(f"since must be from 0 to len(records) = {end}, the position end_step returned "
+                                 f"last. Received: since={since}")
+            taken = self.records[since:end]
+            self.step += 1
+        return _scalars(taken), end
+
+    def _snapshot(self) -> List[QuantRecord]:
+        with self._lock:
+            return list(self.records)
 
     def summary(self) -> List[dict]:
         """Per (layer, tensor): the worst saturated and flushed fractions over the steps, the
-        largest amax and the scales' range; sorted by what is lost, worst first."""
-        groups: Dict[Tuple[str, str], List[QuantRecord]] = {}
-        for r in self.records:
-            groups.setdefault((r.layer, r.role), []).append(r)
+        largest amax and the scales' range (NaN ignored, as in :meth:`scalars`); sorted by what
+        is lost, worst first."""
         rows = []
-        for (layer, role), recs in groups.items():
-            rows.append({
-                "layer": layer, "tensor": role, "format": recs[-1].fmt, "steps": len({r.step for r in recs}),
-                "saturated": max(r.saturated for r in recs), "flushed": max(r.flushed for r in recs),
-                "amax": max(r.amax for r in recs),
-                "scale_min": min(r.scale_min for r in recs), "scale_max": max(r.scale_max for r in recs),
-            })
+        for (layer, role), recs in _by_tensor(self._snapshot()).items():
+            row = {"layer": layer, "tensor": role, "format": recs[-1].fmt, "steps": len({r.step for r in recs})}
+            row.update(_reduced(recs))
+            rows.append(row)
         return sorted(rows, key=lambda row: -(row["saturated"] + row["flushed"]))
 
     def scalars(self, step: Optional[int] = None) -> Dict[str, float]:
-        """Dashboard tags for one step (default: the last recorded): ``fp8/<layer>/<tensor>/<what>``."""
-        if not self.records:
+        """Dashboard tags for one step (default: the last recorded): ``fp8/<layer>/<tensor>/<quantity>``.
+
+        The names come from the metric registry (:func:`paddle_amp_ext.dashboards.metrics.fp8_tag`).
+        A tensor quantized several times in the step (a model called twice, gradient
+        accumulation) gets the worst of them: the largest saturated and flushed fractions and
+        amax, the smallest ``scale_min`` and the largest ``scale_max`` (NaN ignored unless all
+        are NaN). A layer whose name cannot be a tag (a control character, over 512
+        characters) is left out, warned once.
+        """
+        records = self._snapshot()
+        if not records:
             return {}
-        step = self.records[-1].step if step is None else step
-        out: Dict[str, float] = {}
-        for r in self.records:
-            if r.step == step:
-                for key in ("saturated", "flushed", "amax", "scale_min", "scale_max"):
-                    out[f"fp8/{r.layer}/{r.role}/{key}"] = getattr(r, key)
-        return out
+        step = records[-1].step if step is None else step
+        return _scalars([r for r in records if r.step == step])
 
     def log_to(self, writer: object, step: Optional[int] = None) -> int:
         """Write :meth:`scalars` of ``step`` to a dashboard writer with ``add_scalar(tag, value,
@@ -146,7 +168,49 @@ class Fp8Stats:
         return row
 
     def to_dicts(self) -> List[dict]:
-        return [asdict(r) for r in self.records]
+        """Every record as a dict (:class:`QuantRecord`'s fields)."""
+        return [asdict(r) for r in self._snapshot()]
+
+
+def _by_tensor(records: Iterable[QuantRecord]) -> Dict[Tuple[str, str], List[QuantRecord]]:
+    groups: Dict[Tuple[str, str], List[QuantRecord]] = {}
+    for r in records:
+        groups.setdefault((r.layer, r.role), []).append(r)
+    return groups
+
+
+def _top(values: Iterable[float], pick=max) -> float:
+    """``pick`` of the values that are not NaN; NaN when all are (Python's max is order-dependent with NaN)."""
+    kept = [v for v in values if not math.isnan(v)]
+    return pick(kept) if kept else math.nan
+
+
+def _reduced(recs: List[QuantRecord]) -> Dict[str, float]:
+    """One tensor's records as one value per quantity: the worst of them."""
+    return {"saturated": _top(r.saturated for r in recs), "flushed": _top(r.flushed for r in recs),
+            "amax": _top(r.amax for r in recs), "scale_min": _top((r.scale_min for r in recs), min),
+            "scale_max": _top(r.scale_max for r in recs)}
+
+
+@functools.lru_cache(maxsize=4096)
+def _tags(layer: str, role: str) -> Tuple[str, ...]:
+    """The registry's tags of one layer and tensor, one per quantity (checked once)."""
+    return tuple(fp8_tag(layer, role, quantity) for quantity in FP8_QUANTITIES)
+
+
+def _scalars(records: List[QuantRecord]) -> Dict[str, float]:
+    """The dashboard tags of ``records`` (one step's), each tensor reduced by :func:`_reduced`."""
+    out: Dict[str, float] = {}
+    for (layer, role), recs in _by_tensor(records).items():
+        try:
+            tags = _tags(layer, role)
+        except (TypeError, ValueError) as exc:
+            warn_once(f"fp8:tag:{layer!r}:{role!r}", "FP8 stats: layer %r has no dashboard tags: %s", layer, exc)
+            continue
+        values = _reduced(recs)
+        for tag, quantity in zip(tags, FP8_QUANTITIES):
+            out[tag] = values[quantity]
+    return out
 
 
 def fix_for(row: dict) -> str:

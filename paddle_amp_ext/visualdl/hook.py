@@ -15,6 +15,7 @@ from .. import _compat
 from .._log import logger, warn_once
 from ..dashboards import backends, metrics
 from ..events import StepEvent
+from ..fp8.stats import Fp8Stats
 from . import records
 from .targets import has_records as _has_records
 from .writer import BatchedWriter, Row
@@ -215,7 +216,8 @@ class VisualDLHook(NotCopyable):
     ``flush_secs``, so ``kill -9``, an OOM kill or an abort loses at most the last ``flush_secs``
     of steps (the documentation's "What reaches the records"). A hook cannot be pickled or copied (TypeError).
     ``report_to`` picks the dashboards, all written from one batch of device reads into one run
-    directory (the Dashboards page says what holds for each).
+    directory (the Dashboards page says what holds for each). :meth:`watch_fp8` adds the FP8
+    statistics of an ``fp8_linears`` block (``fp8/<layer>/<tensor>/<quantity>``) to every step.
 
     Args:
         logdir: the VisualDL log directory to serve (``visualdl_serve --logdir LOGDIR``).
@@ -259,6 +261,8 @@ class VisualDLHook(NotCopyable):
         self._out = self._outs[0] if self._outs else None  # the first backend's writer
         self._closed = False
         self._skipped = 0
+        self._fp8: Optional[Fp8Stats] = None
+        self._fp8_since = 0  # the position in the watched stats' records up to which they are written
 
     @property
     def active(self) -> bool:
@@ -281,7 +285,10 @@ class VisualDLHook(NotCopyable):
                       "steps are not logged. Remove the hook from the scaler or create a new one.",
                       self.logdir, event.step)
             return
+        fp8 = self._fp8
         if not self.active:
+            if fp8 is not None:  # a rank that does not log: the stats' steps still end with the scaler's
+                self._fp8_since = fp8.end_step(self._fp8_since)[1]
             return
         step = event.step
         if step.__class__ is not int or not 0 <= step <= MAX_STEP:
@@ -296,7 +303,54 @@ class VisualDLHook(NotCopyable):
             rows.append((_GRAD_NORM, _compat.local_value(result.grad_norm)))
         if event.lr is not None:
             rows.append((_LR, event.lr))
+        if fp8 is not None:  # host floats already: no device read
+            values, self._fp8_since = fp8.end_step(self._fp8_since)
+            rows += values.items()
         add_step(self._outs, step, rows)
+
+    def watch_fp8(self, stats: Optional[Fp8Stats]) -> None:
+        """Write the FP8 statistics ``stats`` records at every step from now on; None stops.
+
+        At each step the hook ends the stats' step (:meth:`Fp8Stats.end_step`: do not call
+        ``stats.next_step()`` yourself) and writes the records made since the previous step,
+        as :meth:`Fp8Stats.scalars` reduces them, at the hook's step number, to every
+        ``report_to`` backend: ``fp8/<layer>/<tensor>/saturated``, ``flushed``, ``amax``,
+        ``scale_min``, ``scale_max`` (:data:`paddle_amp_ext.dashboards.metrics.FP8_METRICS`).
+        A step the scaler skipped gets its records too (they often say why); a step without
+        records gets no FP8 tags. The values are host floats (the FP8 linears compute on the
+        host): no device read is added.
+
+        Args:
+            stats: the :class:`~paddle_amp_ext.fp8.Fp8Stats` that ``fp8_linears`` yields, or None.
+                Records it holds already are not written.
+
+        Raises:
+            TypeError: ``stats`` is not an ``Fp8Stats`` or None.
+            ValueError: the hook is closed, or watches another ``Fp8Stats`` already (record both
+                models into one: ``fp8_linears(other_model, stats=stats)``).
+
+        Example:
+            >>> with amp.fp8_linears(model, "blockwise") as stats:  # doctest: +SKIP
+            ...     hook.watch_fp8(stats)
+            ...     train(scaler)
+        """
+        if stats is None:
+            self._fp8 = None
+            return
+        if not isinstance(stats, Fp8Stats):
+            raise TypeError(f"stats must be the Fp8Stats that fp8_linears yields (with amp.fp8_linears(model) as "
+                            f"stats: hook.watch_fp8(stats)), or None. Received: {stats!r} (of type "
+                            f"{type(stats).__name__})")
+        if self._closed:
+            raise ValueError(f"VisualDLHook({self.logdir!r}) is closed: it writes no more steps. Create a new hook "
+                             "to watch the FP8 stats.")
+        if self._fp8 is stats:
+            return
+        if self._fp8 is not None:
+            raise ValueError("This hook watches another Fp8Stats already, whose layers' tags could collide with "
+                             "these: record both models into one (fp8_linears(other_model, stats=stats)), or "
+                             "stop the first with watch_fp8(None).")
+        self._fp8, self._fp8_since = stats, len(stats.records)
 
     def _loss(self, loss: Any) -> Any:
         """The loss as logged: a loss of N elements is recorded as its mean (no kernel, no sync here:
