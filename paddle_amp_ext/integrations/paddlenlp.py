@@ -130,7 +130,7 @@ class AmpCallback(TrainerCallback):
     at ``on_train_begin`` it moves itself before the Trainer's reporting callbacks. The loss
     scale and the skip count are host values; the grad norm is one scalar read per logging
     step, after the Trainer's own ``loss.item()`` synchronized the device. A key the Trainer
-    set itself is left as it is.
+    set itself is left as it is. :meth:`watch_fp8` adds the FP8 tags of an ``fp8_linears`` block.
     """
 
     def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 1.0,
@@ -143,6 +143,34 @@ class AmpCallback(TrainerCallback):
         self._owns_guard = False  # whether this callback installed it (and so removes it at train end)
         self._source: Any = None  # the scaler or guard the hook is attached to
         self._held: Any = None  # (scheduler, its replaced step) while held
+        self._fp8: Any = None  # the Fp8Stats every hook of this callback watches
+
+    def watch_fp8(self, stats: Any) -> None:
+        """Write the FP8 tags of ``stats`` at every step, as :meth:`VisualDLHook.watch_fp8` does
+        (the hook of this training and of later ones); None stops.
+
+        Args:
+            stats: the ``Fp8Stats`` that ``fp8_linears(trainer.model, ...)`` yields, or None.
+
+        Raises:
+            TypeError: ``stats`` is not an ``Fp8Stats`` or None.
+
+        Example:
+            >>> with amp.fp8_linears(trainer.model, "blockwise") as stats:  # doctest: +SKIP
+            ...     callback.watch_fp8(stats)
+            ...     trainer.train()
+        """
+        from ..fp8.stats import Fp8Stats
+
+        if stats is not None and not isinstance(stats, Fp8Stats):
+            raise TypeError(f"stats must be the Fp8Stats that fp8_linears yields, or None. Received: {stats!r} (of "
+                            f"type {type(stats).__name__})")
+        if not self.report_to and stats is not None:
+            warn_once("paddlenlp:fp8-none", "AmpCallback(report_to='none') has no hook: the FP8 tags are not written.")
+        self._fp8 = stats
+        if self.hook is not None:
+            self.hook.watch_fp8(None)
+            self.hook.watch_fp8(stats)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Attach the hook to the Trainer's scaler before the first step's ``scale()`` (so ``amp/loss``
@@ -189,6 +217,8 @@ class AmpCallback(TrainerCallback):
         if self.report_to:
             self.hook = source.add_hook(VisualDLHook(self.logdir or args.logging_dir, flush_every=self.flush_every,
                                                      flush_secs=self.flush_secs, report_to=self.report_to))
+            if self._fp8 is not None:
+                self.hook.watch_fp8(self._fp8)
 
     def _close_hook(self) -> None:
         if self.hook is not None:
