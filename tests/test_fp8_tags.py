@@ -120,6 +120,18 @@ def test_end_step_takes_each_record_once_by_position():
             stats.end_step(bad)
 
 
+def test_step_start_is_the_first_record_of_the_step_in_progress():
+    stats = Fp8Stats()
+    assert stats.step_start() == 0
+    _record(stats, "a", "input", 1, 1.0)
+    _record(stats, "a", "weight", 1, 1.0)
+    assert stats.step_start() == 0
+    stats.next_step()
+    assert stats.step_start() == 2
+    _record(stats, "a", "input", 1, 1.0)
+    assert stats.step_start() == 2 and stats.end_step(stats.step_start())[1] == 3
+
+
 def test_a_layer_whose_name_cannot_be_a_tag_is_left_out_with_a_warning(caplog):
     stats = Fp8Stats()
     _record(stats, "bad\tname", "weight", 1, 1.0)
@@ -268,7 +280,9 @@ def test_watch_fp8_refuses_wrong_stats_and_a_closed_hook(tmp_path):
     with pytest.raises(TypeError, match="stats must be the Fp8Stats that fp8_linears yields .* Received: \\{\\} "
                                         "\\(of type dict\\)"):
         hook.watch_fp8({})
-    _record(first, "old", "input", 1, 1.0)  # before watching: not written
+    _record(first, "old", "input", 1, 1.0)  # a step ended before watching: not written
+    first.next_step()
+    _record(first, "mine", "input", 0, 0.5)  # the step in progress when the hook starts: written with it
     hook.watch_fp8(first)
     hook.watch_fp8(first)  # the same again: nothing changes
     with pytest.raises(ValueError, match="watches another Fp8Stats already"):
@@ -302,3 +316,21 @@ def test_a_rank_that_does_not_log_still_ends_the_stats_steps(tmp_path, monkeypat
     _record(stats, "0", "input", 1, 1.0)
     hook.on_step(_event(0))
     assert stats.step == 1 and hook._fp8_since == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variable, toolkit", [("PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON", "paddleformers"),
+                                               ("PADDLE_AMP_EXT_PADDLENLP_PYTHON", "paddlenlp")])
+def test_amp_callback_writes_each_trainer_steps_fp8_tags(tmp_path, variable, toolkit):
+    """A real Trainer under fp8_linears with AmpCallback.watch_fp8: its hook, attached in the middle
+    of the first step (float32: the guard), writes every step's tags, step 0's whole."""
+    from helpers import run_trainer_check
+
+    data, _ = run_trainer_check(variable, "trainer_fp8_check.py", tmp_path)
+    assert data["toolkit"] == toolkit and data["stats_steps"] == 3
+    records = data["records"]
+    assert [s for s, _ in records["amp/skipped_steps"]] == [0, 1, 2]
+    for step, expected in data["scalars"].items():
+        got = {tag: dict(points)[int(step)] for tag, points in records.items() if tag.startswith("fp8/")}
+        assert got.keys() == expected.keys() and len(got) >= 15, step
+        assert all(got[t] == expected[t] or float(np.float32(expected[t])) == got[t] for t in expected), step

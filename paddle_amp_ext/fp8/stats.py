@@ -108,6 +108,16 @@ class Fp8Stats:
             self.step += 1
         return _scalars(taken), end
 
+    def step_start(self) -> int:
+        """The position in :attr:`records` of the first record of the step in progress
+        (``len(records)`` when it has none yet): where a hook that starts watching begins, so
+        the step it ends first is whole and ended steps are not written again."""
+        with self._lock:
+            start = len(self.records)
+            while start and self.records[start - 1].step >= self.step:
+                start -= 1
+            return start
+
     def _snapshot(self) -> List[QuantRecord]:
         with self._lock:
             return list(self.records)

@@ -322,7 +322,9 @@ class VisualDLHook(NotCopyable):
 
         Args:
             stats: the :class:`~paddle_amp_ext.fp8.Fp8Stats` that ``fp8_linears`` yields, or None.
-                Records it holds already are not written.
+                The records of its step in progress are written with the hook's next step (a
+                hook attached in the middle of a step, as ``AmpCallback``'s may be, misses none);
+                those of steps it ended before (``stats.next_step()``) are not.
 
         Raises:
             TypeError: ``stats`` is not an ``Fp8Stats`` or None.
@@ -350,7 +352,7 @@ class VisualDLHook(NotCopyable):
             raise ValueError("This hook watches another Fp8Stats already, whose layers' tags could collide with "
                              "these: record both models into one (fp8_linears(other_model, stats=stats)), or "
                              "stop the first with watch_fp8(None).")
-        self._fp8, self._fp8_since = stats, len(stats.records)
+        self._fp8, self._fp8_since = stats, stats.step_start()
 
     def _loss(self, loss: Any) -> Any:
         """The loss as logged: a loss of N elements is recorded as its mean (no kernel, no sync here:
