@@ -334,3 +334,56 @@ def test_amp_callback_writes_each_trainer_steps_fp8_tags(tmp_path, variable, too
         got = {tag: dict(points)[int(step)] for tag, points in records.items() if tag.startswith("fp8/")}
         assert got.keys() == expected.keys() and len(got) >= 15, step
         assert all(got[t] == expected[t] or float(np.float32(expected[t])) == got[t] for t in expected), step
+
+
+def test_records_made_in_another_thread_are_each_written_once(tmp_path):
+    """A thread records while the training thread ends steps and the background flusher writes:
+    every record lands in exactly one step, none lost, none twice."""
+    import threading
+    import time
+
+    stats, count = Fp8Stats(), 1500
+    done = threading.Event()
+
+    def record():
+        for i in range(count):
+            _record(stats, f"l{i}", "input", 1, float(i))
+            if i % 100 == 0:
+                time.sleep(0.001)  # let the training thread end steps in between
+        done.set()
+
+    with amp.VisualDLHook(str(tmp_path), run_name="r", flush_every=3, flush_secs=0.001) as hook:
+        hook.watch_fp8(stats)
+        worker = threading.Thread(target=record)
+        worker.start()
+        step = 0
+        while not done.is_set() or step == 0:
+            hook.on_step(_event(step))
+            step += 1
+        worker.join()
+        hook.on_step(_event(step))
+    data = read_visualdl(hook.logdir)
+    amax = {tag: points for tag, points in data.items() if tag.endswith("/amax")}
+    assert len(amax) == count and all(len(points) == 1 for points in amax.values())
+    assert sorted(points[0][1] for points in amax.values()) == [float(i) for i in range(count)]
+    assert stats.step == step + 1
+
+
+def test_write_fp8_stats_writes_a_finished_runs_steps(tmp_path):
+    """run_script_fp8's stats (the doctor's), written at once through the same writers."""
+    from paddle_amp_ext.visualdl import write_fp8_stats
+
+    script = tmp_path / "train.py"
+    script.write_text("import paddle\nmodel = paddle.nn.Sequential(paddle.nn.Linear(8, 8))\n"
+                      "for _ in range(3):\n    model(paddle.randn([4, 8]) * 1000).mean().backward()\n")
+    run = amp.fp8.run_script_fp8(str(script), [], "delayed")
+    assert run.exit_code == 0 and run.stats.step == 2
+    logdir = write_fp8_stats(run.stats, str(tmp_path / "runs"), report_to=["visualdl", "tensorboard"],
+                             run_name="doctor")
+    assert logdir == str(tmp_path / "runs" / "doctor")
+    for backend in ("visualdl", "tensorboard"):
+        _check_fp8_tags(READERS[backend](logdir), run.stats, 3)
+    with pytest.raises(TypeError, match="stats must be an Fp8Stats .* Received: None"):
+        write_fp8_stats(None, str(tmp_path / "runs"))
+    assert write_fp8_stats(Fp8Stats(), str(tmp_path / "runs"), run_name="empty") is None  # no record: nothing made
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["doctor"]

@@ -22,7 +22,9 @@ norm under fleet is the global one); ``amp/loss`` is the logging rank's own loss
 ``scale()``, not an average over the ranks (under pipeline parallel rank 0, the first stage, has
 none).
 
-``VisualDLCallback`` logs the same tags for ``paddle.Model.fit``. Serve the logs with
+``VisualDLHook.watch_fp8`` adds the FP8 statistics of an ``fp8_linears`` block to every step;
+:func:`write_fp8_stats` writes a finished run's. ``VisualDLCallback`` logs the same tags for
+``paddle.Model.fit``. Serve the logs with
 ``python -m paddle_amp_ext.visualdl_serve --logdir runs`` (which adds ``--language en
 --disable-telemetry``; the Dashboards page says why).
 """
@@ -30,9 +32,10 @@ none).
 from __future__ import annotations
 
 from .callback import VisualDLCallback
+from .fp8 import write_fp8_stats
 from .hook import TAGS, VisualDLHook, run_directory_name
 from .records import ScalarEncoder as _ScalarEncoder  # noqa: F401 - private names, importable here as before
 from .records import repair_records
 from .writer import BatchedWriter as _BatchedWriter  # noqa: F401
 
-__all__ = ["TAGS", "VisualDLCallback", "VisualDLHook", "repair_records", "run_directory_name"]
+__all__ = ["TAGS", "VisualDLCallback", "VisualDLHook", "repair_records", "run_directory_name", "write_fp8_stats"]
