@@ -31,8 +31,8 @@ def write_fp8_stats(stats: Fp8Stats, logdir: str, *, report_to: Any = "visualdl"
         run_name: the run directory's name; default a new timestamped one.
 
     Returns:
-        The run directory written; None when ``stats`` holds no record (nothing is created) or on
-        a rank that does not log.
+        The run directory written; None when ``stats`` holds no record (nothing is created) or
+            on a rank that does not log.
 
     Raises:
         TypeError: ``stats`` is not an ``Fp8Stats``.
