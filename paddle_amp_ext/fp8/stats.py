@@ -217,9 +217,12 @@ def _scalars(records: List[QuantRecord]) -> Dict[str, float]:
         except (TypeError, ValueError) as exc:
             warn_once(f"fp8:tag:{layer!r}:{role!r}", "FP8 stats: layer %r has no dashboard tags: %s", layer, exc)
             continue
-        values = _reduced(recs)
-        for tag, quantity in zip(tags, FP8_QUANTITIES):
-            out[tag] = values[quantity]
+        if len(recs) == 1:  # the usual case: one quantization of the tensor in the step
+            r = recs[0]
+            out.update(zip(tags, (r.saturated, r.flushed, r.amax, r.scale_min, r.scale_max)))
+        else:
+            values = _reduced(recs)
+            out.update(zip(tags, (values[quantity] for quantity in FP8_QUANTITIES)))
     return out
 
 
