@@ -387,3 +387,20 @@ def test_write_fp8_stats_writes_a_finished_runs_steps(tmp_path):
         write_fp8_stats(None, str(tmp_path / "runs"))
     assert write_fp8_stats(Fp8Stats(), str(tmp_path / "runs"), run_name="empty") is None  # no record: nothing made
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["doctor"]
+
+
+@pytest.mark.parametrize("backend", ["visualdl", "tensorboard", "swanlab", "wandb"])
+def test_nan_and_inf_values_reach_every_backend(tmp_path, backend, monkeypatch):
+    """An all-NaN tensor (amax NaN, no finite scale) and an infinite one (amax inf, scale 0)."""
+    pytest.importorskip({"visualdl": "visualdl", "tensorboard": "tensorboard"}.get(backend, backend))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    stats = Fp8Stats()
+    with amp.VisualDLHook(str(tmp_path), report_to=[backend], run_name="r") as hook:
+        hook.watch_fp8(stats)
+        stats.add_counts("nan", "input", "e4m3fn", 0, 0, 4, float("nan"), np.array([np.nan, np.inf], np.float32))
+        stats.add_counts("inf", "weight", "e4m3fn", 4, 0, 4, float("inf"), np.array([0.0], np.float32))
+        hook.on_step(_event(0))
+    data = READERS[backend](hook.logdir)
+    assert math.isnan(data["fp8/nan/input/amax"][0][1]) and math.isnan(data["fp8/nan/input/scale_min"][0][1])
+    assert data["fp8/inf/weight/amax"] == [(0, math.inf)] and data["fp8/inf/weight/saturated"] == [(0, 1.0)]
+    _check_fp8_tags(data, stats, 1)
