@@ -70,21 +70,21 @@ _BY_NAME: Dict[str, Metric] = {metric.name: metric for metric in METRICS}
 #: The tensors an FP8 linear quantizes: its input, its weight and its output's gradient.
 FP8_TENSORS: Tuple[str, ...] = ("input", "weight", "output_grad")
 
-_FP8_WHEN = ("every step whose FP8 linears recorded the tensor (a hook watching the Fp8Stats: hook.watch_fp8); "
-             "a tensor quantized several times in a step: the worst of them")
+_FP8_WHEN = ("every step that quantized the tensor, for an Fp8Stats a hook watches (hook.watch_fp8); of several "
+             "quantizations in the step:")
 FP8_SATURATED = Metric("fp8/<layer>/<tensor>/saturated", "fraction of the tensor's values beyond the format's max "
                        "plus half a step (464 for e4m3fn, 61440 for e5m2) or infinite: clipped to +-max", "1",
-                       _FP8_WHEN + " (the largest fraction)")
+                       _FP8_WHEN + " the largest")
 FP8_FLUSHED = Metric("fp8/<layer>/<tensor>/flushed", "fraction of the nonzero values at most half the smallest "
                      "subnormal (`2**-10` for e4m3fn, `2**-17` for e5m2): rounded to zero", "1",
-                     _FP8_WHEN + " (the largest fraction)")
+                     _FP8_WHEN + " the largest")
 FP8_AMAX = Metric("fp8/<layer>/<tensor>/amax", "the largest absolute value before scaling (NaN ignored; NaN when every "
-                  "value is NaN; inf when one is inf)", "1", _FP8_WHEN + " (the largest amax)")
+                  "value is NaN; inf when one is inf)", "1", _FP8_WHEN + " the largest")
 FP8_SCALE_MIN = Metric("fp8/<layer>/<tensor>/scale_min", "the smallest finite scale of the tensor's blocks (one "
                        "scale for per-tensor recipes); NaN when none is finite", "1",
-                       _FP8_WHEN + " (the smallest scale)")
+                       _FP8_WHEN + " the smallest")
 FP8_SCALE_MAX = Metric("fp8/<layer>/<tensor>/scale_max", "the largest finite scale of the tensor's blocks; NaN when "
-                       "none is finite", "1", _FP8_WHEN + " (the largest scale)")
+                       "none is finite", "1", _FP8_WHEN + " the largest")
 
 #: The FP8 family, one entry per quantity, in the order :func:`fp8_tag` names them.
 FP8_METRICS: Tuple[Metric, ...] = (FP8_SATURATED, FP8_FLUSHED, FP8_AMAX, FP8_SCALE_MIN, FP8_SCALE_MAX)
