@@ -34,9 +34,10 @@ def run(prog: str, args: argparse.Namespace) -> int:
     stats = ran.stats
     worst = stats.worst(THRESHOLD)
     code = FOUND if worst is not None else (OK if ran.exit_code == 0 else SCRIPT_FAILED)
-    text = [f"FP8 rehearsal, recipe {args.fp8!r}: {len(stats.records)} quantizations of "
-            f"{len({r.layer for r in stats.records})} FP8 linears in {ran.models} model(s).", diagnose(stats)]
-    data: Dict[str, Any] = {"fp8": args.fp8, "worst": worst, "diagnosis": diagnose(stats), "summary": stats.summary(),
+    summary = stats.summary()  # the whole run's, as stats.recorded counts it
+    text = [f"FP8 rehearsal, recipe {args.fp8!r}: {stats.recorded} quantizations of "
+            f"{len({row['layer'] for row in summary})} FP8 linears in {ran.models} model(s).", diagnose(stats)]
+    data: Dict[str, Any] = {"fp8": args.fp8, "worst": worst, "diagnosis": diagnose(stats), "summary": summary,
                             "notes": ran.notes, "script_exit_code": ran.exit_code,
                             "script_error": None if ran.error is None else repr(ran.error),
                             "script_exit_message": ran.exit_message, "config": None}

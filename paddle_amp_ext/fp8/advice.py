@@ -36,11 +36,12 @@ def diagnose(stats: Fp8Stats, threshold: float = THRESHOLD) -> str:
         ValueError: ``threshold`` is not in [0, 1).
     """
     _check(stats, threshold)
-    if not stats.records:
+    rows = stats.summary()
+    if not rows:
         return "No FP8 quantization was recorded: run the model inside fp8_linears(model, ...) first."
     worst = stats.worst(threshold)
     if worst is None:
-        return (f"FP8 loses little: no tensor of {len({r.layer for r in stats.records})} FP8 linears saturates or "
+        return (f"FP8 loses little: no tensor of {len({row['layer'] for row in rows})} FP8 linears saturates or "
                 f"flushes more than {threshold:.1%} of its values.")
     return worst["fix"] + "."
 

@@ -13,8 +13,10 @@ taking each step's records with :meth:`Fp8Stats.end_step`.
 from __future__ import annotations
 
 import functools
-import math
+import numbers
+import os
 import threading
+import weakref
 from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from .._log import warn_once
 from ..dashboards.metrics import FP8_QUANTITIES, FP8_TENSORS, fp8_tag
+from .reduction import QUANTITIES, Reduction, copied, fold
 
 ROLES = FP8_TENSORS
 
@@ -53,15 +56,66 @@ class QuantRecord:
     scale_max: float
 
 
+#: The ended steps whose records an :class:`Fp8Stats` keeps by default (about 0.35 KB a record:
+#: 672 records a step, those of a model with 224 linears, keep about 23 MB).
+KEEP_STEPS = 100
+
+_instances: weakref.WeakSet[Fp8Stats] = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    """A forked child gets a new lock per stats: a thread of the parent that held one at the fork
+    does not exist in the child and would never release it."""
+    for stats in list(_instances):
+        stats._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
+
+
 class Fp8Stats:
     """The records of an FP8 run; thread-safe appends. ``step`` counts optimizer steps as
     :meth:`next_step` (or :meth:`end_step`, which a hook watching the stats calls at every
-    scaler step) is called: ``fp8_linears`` does not know where a step ends."""
+    scaler step) is called: ``fp8_linears`` does not know where a step ends.
 
-    def __init__(self) -> None:
-        self.records: List[QuantRecord] = []
+    Memory is bounded: :attr:`records` keeps the records of the step in progress and of the last
+    ``keep_steps`` ended steps only (what :meth:`scalars`, :meth:`to_dicts` and
+    :func:`~paddle_amp_ext.visualdl.write_fp8_stats` see). The records that leave it are folded
+    into one running reduction per layer and tensor, so :meth:`summary`, :meth:`worst`,
+    :attr:`recorded`, the doctor and the advisor answer for the whole run, and a hook watching the
+    stats gets every record however many steps it falls behind (:meth:`end_step`).
+
+    Args:
+        keep_steps: the ended steps whose records are kept (default :data:`KEEP_STEPS`); 0 keeps
+            the step in progress only.
+
+    Raises:
+        TypeError, ValueError: ``keep_steps`` is not an int >= 0.
+
+    Example:
+        >>> with amp.fp8_linears(model, "current", stats=Fp8Stats(keep_steps=10)) as stats:  # doctest: +SKIP
+        ...     train(model)
+        >>> stats.summary()[0]  # the whole run's worst tensor                                # doctest: +SKIP
+    """
+
+    def __init__(self, keep_steps: int = KEEP_STEPS) -> None:
+        if isinstance(keep_steps, bool) or not isinstance(keep_steps, int):
+            raise TypeError(f"keep_steps must be an int >= 0, the ended steps whose records are kept (default "
+                            f"{KEEP_STEPS}). Received: keep_steps={keep_steps!r} (of type {type(keep_steps).__name__})")
+        if keep_steps < 0:
+            raise ValueError(f"keep_steps must be >= 0 (0 keeps the step in progress only; default {KEEP_STEPS}). "
+                             f"Received: keep_steps={keep_steps}")
+        self.keep_steps = keep_steps
+        self.records: List[QuantRecord] = []  # the kept window; positions count from the run's first record
         self.step = 0
+        self._dropped = 0  # records that left the window: records[i] is the run's record _dropped + i
+        self._kept_from = 0  # the steps before this one lost records to the window
+        self._gone: Dict[Tuple[str, str], Reduction] = {}  # the records that left, reduced
+        self._cursor: Optional[int] = None  # the position a reader (end_step, step_start) takes from next
+        self._unread: Dict[Tuple[str, str], Reduction] = {}  # the records that left from _cursor on, reduced
         self._lock = threading.Lock()
+        _instances.add(self)
 
     def add_counts(self, layer: str, role: str, fmt: str, n_saturated: int, n_flushed: int, count: int,
                    amax: float, scales: np.ndarray) -> None:
@@ -74,76 +128,128 @@ class Fp8Stats:
         with self._lock:
             self.records.append(QuantRecord(layer, role, self.step, fmt, sat, flush, float(amax), low, high))
 
+    @property
+    def recorded(self) -> int:
+        """How many quantizations were recorded over the whole run (the kept window's and those before)."""
+        with self._lock:
+            return self._dropped + len(self.records)
+
     def next_step(self) -> None:
         """Mark the end of a training step: later records carry the next step number."""
         with self._lock:
             self.step += 1
+            self._trim()
+
+    def _trim(self) -> None:
+        """Fold the records of the steps before the window into the reductions and drop them (lock held)."""
+        first = self.step - self.keep_steps
+        records = self.records
+        n = 0
+        while n < len(records) and records[n].step < first:
+            n += 1
+        if not n:
+            return
+        gone = records[:n]
+        fold(self._gone, gone)
+        if self._cursor is not None and self._cursor < self._dropped + n:
+            fold(self._unread, gone[max(self._cursor - self._dropped, 0):])
+        del records[:n]
+        self._dropped += n
+        self._kept_from = first
 
     def end_step(self, since: int = 0) -> Tuple[Dict[str, float], int]:
         """End the step (as :meth:`next_step`) and take the records made since position ``since``.
 
         This is how a hook writes each scaler step's records at its own step number: it keeps the
         position this returns and passes it back at the next step, so records are taken by
-        position, once each, whatever their ``step`` field says.
+        position, once each, whatever their ``step`` field says. Positions count every record of
+        the run (up to :attr:`recorded`), not the kept window: records that left the window since
+        the position the last ``end_step`` (or :meth:`step_start`) returned are still taken,
+        reduced, so a reader that falls behind by more than ``keep_steps`` (a program that calls
+        :meth:`next_step` too) loses none. Another position before the window (two readers of one
+        stats) takes the window's records only, warned once.
 
         Args:
             since: the position returned by the previous call (0 at first).
 
         Returns:
-            (the dashboard tags of ``records[since:]``, reduced as :meth:`scalars` reduces a
-            step's records; the position to pass next time).
+            (the dashboard tags of the records from ``since`` on, reduced as :meth:`scalars`
+            reduces a step's records; the position to pass next time).
 
         Raises:
-            TypeError, ValueError: ``since`` is not an int from 0 to ``len(records)``.
+            TypeError, ValueError: ``since`` is not an int from 0 to :attr:`recorded`.
         """
         if isinstance(since, bool) or not isinstance(since, int):
             raise TypeError(f"since must be the int end_step returned last (0 at first). Received: since={since!r} "
                             f"(of type {type(since).__name__})")
+        unread: Dict[Tuple[str, str], Reduction] = {}
         with self._lock:
-            end = len(self.records)
+            end = self._dropped + len(self.records)
             if not 0 <= since <= end:
-                raise ValueError(f"since must be from 0 to len(records) = {end}, the position end_step returned "
+                raise ValueError(f"since must be from 0 to the records made, {end}: the position end_step returned "
                                  f"last. Received: since={since}")
-            taken = self.records[since:end]
+            if since == self._cursor:
+                unread, self._unread = self._unread, {}
+            elif since < self._dropped:
+                warn_once(f"fp8:lost:{id(self)}", "Fp8Stats.end_step(%d): the records before position %d left the "
+                          "window (keep_steps=%d) and are not in these tags; have one reader per Fp8Stats, or keep "
+                          "more steps.", since, self._dropped, self.keep_steps)
+            taken = self.records[max(since - self._dropped, 0):]
+            self._cursor = end
             self.step += 1
-        return _scalars(taken), end
+            self._trim()
+        return _scalars(taken, unread), end
 
     def step_start(self) -> int:
-        """The position in :attr:`records` of the first record of the step in progress
-        (``len(records)`` when it has none yet): where a hook that starts watching begins, so
-        the step it ends first is whole and ended steps are not written again."""
+        """The position of the first record of the step in progress (:attr:`recorded` when it has
+        none yet): where a hook that starts watching begins, so the step it ends first is whole
+        and ended steps are not written again. :meth:`end_step` from there loses no record."""
         with self._lock:
             start = len(self.records)
             while start and self.records[start - 1].step >= self.step:
                 start -= 1
-            return start
-
-    def _snapshot(self) -> List[QuantRecord]:
-        with self._lock:
-            return list(self.records)
+            self._cursor, self._unread = self._dropped + start, {}
+            return self._cursor
 
     def summary(self) -> List[dict]:
-        """Per (layer, tensor): the worst saturated and flushed fractions over the steps, the
-        largest amax and the scales' range (NaN ignored, as in :meth:`scalars`); sorted by what
-        is lost, worst first."""
+        """Per (layer, tensor), over the whole run: the worst saturated and flushed fractions over
+        the steps, the largest amax and the scales' range (NaN ignored, as in :meth:`scalars`),
+        the number of steps with a record and the last format; sorted by what is lost, worst first."""
+        with self._lock:
+            reductions = copied(self._gone)
+            records = list(self.records)
         rows = []
-        for (layer, role), recs in _by_tensor(self._snapshot()).items():
-            row = {"layer": layer, "tensor": role, "format": recs[-1].fmt, "steps": len({r.step for r in recs})}
-            row.update(_reduced(recs))
+        for (layer, role), r in fold(reductions, records).items():
+            row = {"layer": layer, "tensor": role, "format": r.fmt, "steps": r.steps}
+            row.update(zip(QUANTITIES, r.values()))
             rows.append(row)
         return sorted(rows, key=lambda row: -(row["saturated"] + row["flushed"]))
 
     def scalars(self, step: Optional[int] = None) -> Dict[str, float]:
-        """Dashboard tags for one step (default: the last recorded): ``fp8/<layer>/<tensor>/<quantity>``.
+        """Dashboard tags for one step of the kept window (default: the last recorded):
+        ``fp8/<layer>/<tensor>/<quantity>``.
 
         The names come from the metric registry (:func:`paddle_amp_ext.dashboards.metrics.fp8_tag`).
         A tensor quantized several times in the step (a model called twice, gradient
         accumulation) gets the worst of them: the largest saturated and flushed fractions and
         amax, the smallest ``scale_min`` and the largest ``scale_max`` (NaN ignored unless all
         are NaN). A layer whose name cannot be a tag (a control character, over 512
-        characters) is left out, warned once.
+        characters) is left out, warned once. A step without records gives ``{}``.
+
+        Raises:
+            TypeError: ``step`` is not an int or None.
+            ValueError: ``step`` is older than the kept window and had records.
         """
-        records = self._snapshot()
+        if step is not None and (isinstance(step, bool) or not isinstance(step, numbers.Integral)):
+            raise TypeError(f"step must be an int (a step of the kept window) or None for the last recorded. "
+                            f"Received: step={step!r} (of type {type(step).__name__})")
+        with self._lock:
+            records = list(self.records)
+            kept_from = self._kept_from
+        if step is not None and step < kept_from:
+            raise ValueError(f"step {step} left the kept window (the steps from {kept_from} on, keep_steps="
+                             f"{self.keep_steps}): its records are in summary() only. Fp8Stats(keep_steps=...) keeps "
+                             "more; a hook watching the stats (watch_fp8) writes every step as it ends.")
         if not records:
             return {}
         step = records[-1].step if step is None else step
@@ -154,22 +260,24 @@ class Fp8Stats:
         step)`` (VisualDL's ``LogWriter``); returns how many were written.
 
         Raises:
-            TypeError: ``writer`` has no ``add_scalar``.
+            TypeError: ``writer`` has no ``add_scalar``; ``step`` as :meth:`scalars`.
+            ValueError: as :meth:`scalars`.
         """
         if not callable(getattr(writer, "add_scalar", None)):
             raise TypeError(f"writer must have add_scalar(tag, value, step), as VisualDL's LogWriter. "
                             f"Received: {type(writer).__name__}")
-        if not self.records:
+        records = self.records
+        if not records:
             return 0
-        step = self.records[-1].step if step is None else step
+        step = records[-1].step if step is None else step
         values = self.scalars(step)
         for tag, value in values.items():
             writer.add_scalar(tag=tag, value=value, step=step)
         return len(values)
 
     def worst(self, threshold: float = 1e-3) -> Optional[dict]:
-        """The (layer, tensor) that loses most, with the fix, or None when no tensor loses more
-        than ``threshold`` of its values."""
+        """The (layer, tensor) that loses most over the whole run, with the fix, or None when no
+        tensor loses more than ``threshold`` of its values."""
         rows = self.summary()
         if not rows or rows[0]["saturated"] + rows[0]["flushed"] <= threshold:
             return None
@@ -178,8 +286,11 @@ class Fp8Stats:
         return row
 
     def to_dicts(self) -> List[dict]:
-        """Every record as a dict (:class:`QuantRecord`'s fields)."""
-        return [asdict(r) for r in self._snapshot()]
+        """The kept window's records (the step in progress and the last ``keep_steps`` ended
+        steps; :meth:`summary` has the whole run) as dicts of :class:`QuantRecord`'s fields."""
+        with self._lock:
+            records = list(self.records)
+        return [asdict(r) for r in records]
 
 
 def _by_tensor(records: Iterable[QuantRecord]) -> Dict[Tuple[str, str], List[QuantRecord]]:
@@ -189,40 +300,34 @@ def _by_tensor(records: Iterable[QuantRecord]) -> Dict[Tuple[str, str], List[Qua
     return groups
 
 
-def _top(values: Iterable[float], pick=max) -> float:
-    """``pick`` of the values that are not NaN; NaN when all are (Python's max is order-dependent with NaN)."""
-    kept = [v for v in values if not math.isnan(v)]
-    return pick(kept) if kept else math.nan
-
-
-def _reduced(recs: List[QuantRecord]) -> Dict[str, float]:
-    """One tensor's records as one value per quantity: the worst of them."""
-    return {"saturated": _top(r.saturated for r in recs), "flushed": _top(r.flushed for r in recs),
-            "amax": _top(r.amax for r in recs), "scale_min": _top((r.scale_min for r in recs), min),
-            "scale_max": _top(r.scale_max for r in recs)}
-
-
 @functools.lru_cache(maxsize=4096)
 def _tags(layer: str, role: str) -> Tuple[str, ...]:
     """The registry's tags of one layer and tensor, one per quantity (checked once)."""
     return tuple(fp8_tag(layer, role, quantity) for quantity in FP8_QUANTITIES)
 
 
-def _scalars(records: List[QuantRecord]) -> Dict[str, float]:
-    """The dashboard tags of ``records`` (one step's), each tensor reduced by :func:`_reduced`."""
+def _scalars(records: List[QuantRecord], before: Optional[Dict[Tuple[str, str], Reduction]] = None
+             ) -> Dict[str, float]:
+    """The dashboard tags of ``records`` (one step's), each tensor reduced by :class:`Reduction`
+    after its reduction in ``before`` (the records taken with them that left the window; consumed)."""
+    before = {} if before is None else before
     out: Dict[str, float] = {}
-    for (layer, role), recs in _by_tensor(records).items():
+    rows = []
+    for key, recs in _by_tensor(records).items():
+        reduction = before.pop(key, None)
+        if reduction is None and len(recs) == 1:  # the usual case: one quantization of the tensor in the step
+            r = recs[0]
+            rows.append((key, (r.saturated, r.flushed, r.amax, r.scale_min, r.scale_max)))
+        else:
+            rows.append((key, fold({key: reduction or Reduction()}, recs)[key].values()))
+    rows += [(key, reduction.values()) for key, reduction in before.items()]
+    for (layer, role), values in rows:
         try:
             tags = _tags(layer, role)
         except (TypeError, ValueError) as exc:
             warn_once(f"fp8:tag:{layer!r}:{role!r}", "FP8 stats: layer %r has no dashboard tags: %s", layer, exc)
             continue
-        if len(recs) == 1:  # the usual case: one quantization of the tensor in the step
-            r = recs[0]
-            out.update(zip(tags, (r.saturated, r.flushed, r.amax, r.scale_min, r.scale_max)))
-        else:
-            values = _reduced(recs)
-            out.update(zip(tags, (values[quantity] for quantity in FP8_QUANTITIES)))
+        out.update(zip(tags, values))
     return out
 
 

@@ -1,8 +1,9 @@
 """A finished run's FP8 statistics written to the dashboards at once (``doctor --fp8``'s stats, a test's).
 
 During training the hook writes them step by step (:meth:`.hook.VisualDLHook.watch_fp8`); this
-writes the ``fp8/<layer>/<tensor>/<quantity>`` tags of every step an :class:`Fp8Stats` holds,
-at the stats' own step numbers, into a new run directory, through the same writers.
+writes the ``fp8/<layer>/<tensor>/<quantity>`` tags of every step an :class:`Fp8Stats` holds
+(its kept window: the last ``keep_steps`` steps), at the stats' own step numbers, into a new run
+directory, through the same writers.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ class _Run:
 
 def write_fp8_stats(stats: Fp8Stats, logdir: str, *, report_to: Any = "visualdl",
                     run_name: Optional[str] = None) -> Optional[str]:
-    """Write every step's FP8 tags of ``stats`` (``stats.scalars(step)`` at ``step``) to the dashboards.
+    """Write every kept step's FP8 tags of ``stats`` (``stats.scalars(step)`` at ``step``) to the dashboards.
+
+    The stats keep the records of their last ``keep_steps`` steps (``Fp8Stats(keep_steps=...)``);
+    earlier steps are in ``stats.summary()`` only, and on the dashboards of a hook that watched them.
 
     Args:
         stats: an :class:`~paddle_amp_ext.fp8.Fp8Stats`, e.g. ``run_script_fp8(...).stats``.
@@ -53,7 +57,10 @@ def write_fp8_stats(stats: Fp8Stats, logdir: str, *, report_to: Any = "visualdl"
     outs = open_writers(owner, logdir, False, run_name, 1 << 30, math.inf, report_to=report_to)
     try:
         for step in steps:
-            rows = list(stats.scalars(step).items())
+            try:
+                rows = list(stats.scalars(step).items())
+            except ValueError:  # the step left the kept window while a run still going was written
+                continue
             if rows:
                 add_step(outs, step, rows)
     finally:

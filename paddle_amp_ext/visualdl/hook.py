@@ -262,7 +262,7 @@ class VisualDLHook(NotCopyable):
         self._closed = False
         self._skipped = 0
         self._fp8: Optional[Fp8Stats] = None
-        self._fp8_since = 0  # the position in the watched stats' records up to which they are written
+        self._fp8_since = 0  # the position in the watched stats' run of records up to which they are written
 
     @property
     def active(self) -> bool:
