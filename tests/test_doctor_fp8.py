@@ -87,3 +87,15 @@ def test_the_script_runs_with_its_own_layers_afterwards(script, capsys):
     doctor.main(["--fp8", "blockwise", script, "0.5", "1"])
     assert paddle.nn.Layer.__call__ is before
     assert "finished" in capsys.readouterr().out
+
+
+def test_a_run_longer_than_the_stats_window_is_counted_and_summarized_whole(tmp_path, capsys):
+    """150 steps, more than the 100 the stats keep: every quantization counted, every step summarized."""
+    path = tmp_path / "long.py"
+    path.write_text("import paddle\nmodel = paddle.nn.Linear(4, 4)\nfor _ in range(150):\n"
+                    "    model(paddle.ones([2, 4]))\n")
+    code = doctor.main(["--fp8", "current", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "300 quantizations of 1 FP8 linears in 1 model(s)." in out
+    code, data = run_json(capsys, "--fp8", "current", str(path))
+    assert {(row["tensor"], row["steps"]) for row in data["summary"]} == {("input", 150), ("weight", 150)}

@@ -266,10 +266,11 @@ class Fp8Stats:
         if not callable(getattr(writer, "add_scalar", None)):
             raise TypeError(f"writer must have add_scalar(tag, value, step), as VisualDL's LogWriter. "
                             f"Received: {type(writer).__name__}")
-        records = self.records
-        if not records:
-            return 0
-        step = records[-1].step if step is None else step
+        if step is None:
+            with self._lock:
+                if not self.records:
+                    return 0
+                step = self.records[-1].step
         values = self.scalars(step)
         for tag, value in values.items():
             writer.add_scalar(tag=tag, value=value, step=step)

@@ -136,10 +136,20 @@ def test_windows_of_zero_and_one_step(keep):
     assert _plain(stats.scalars()) == _plain(every.scalars(29) if keep else {})
     assert _plain(stats.to_dicts()) == _plain([d for d in every.to_dicts() if d["step"] >= 30 - keep])
     assert _plain(stats.summary()) == _plain(_reference_summary(every.records))
+    assert diagnose(stats) == diagnose(every) and not diagnose(stats).startswith("No FP8 quantization")
     with pytest.raises(ValueError, match="step 20 left the kept window \\(the steps from 29 on, keep_steps=1\\)"
                                          if keep else "step 20 left the kept window \\(the steps from 30 on"):
         stats.scalars(20)
     assert stats.scalars(10**6) == {}  # a step not reached: no records, as before
+    log = []
+
+    class Writer:
+        def add_scalar(self, tag, value, step):
+            log.append(step)
+
+    with pytest.raises(ValueError, match="step 20 left the kept window"):
+        stats.log_to(Writer(), 20)
+    assert stats.log_to(Writer()) == (45 if keep else 0) and set(log) <= {29}
     stats.add_counts("a", "input", "e4m3fn", 1, 0, 2, 1.0, np.ones(1, np.float32))
     assert [r.step for r in stats.records][-1] == 30 and stats.scalars()["fp8/a/input/saturated"] == 0.5
 
