@@ -7,7 +7,8 @@
 - :mod:`.helpers`: the bfloat16 helpers PaddleFormers' fp8_utils calls that a CPU lacks.
 - :mod:`.emulation`: :func:`fp8_emulation`, installing the emulations for a ``with`` block.
 - :mod:`.linear`: :func:`fp8_linears`, any model's ``nn.Linear`` layers as FP8 linears under a recipe.
-- :mod:`.stats`: :class:`Fp8Stats`, what FP8 loses per layer, tensor and step.
+- :mod:`.stats`: :class:`Fp8Stats`, what FP8 loses per layer, tensor and step (a bounded window of steps).
+- :mod:`.reduction`: one tensor's records reduced to the worst of them, one record at a time.
 - :mod:`.advice`: :func:`diagnose` (the doctor) and :func:`advise_fp8` (``fp8_exclude_layers``).
 - :mod:`.script`: :func:`run_script_fp8`, a training script run with FP8 rehearsed (``doctor --fp8``).
 """
