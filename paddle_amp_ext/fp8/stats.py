@@ -7,7 +7,9 @@ each FP8 linear, every step); :meth:`Fp8Stats.summary` reduces them per layer an
 gives a step's dashboard tags, named by the metric registry
 (:func:`paddle_amp_ext.dashboards.metrics.fp8_tag`: ``fp8/<layer>/<tensor>/saturated`` ...).
 A hook that watches the stats (``VisualDLHook.watch_fp8``) writes them at every scaler step,
-taking each step's records with :meth:`Fp8Stats.end_step`.
+taking each step's records with :meth:`Fp8Stats.end_step`. The records of the last ``keep_steps``
+steps are kept; older ones live on in one running reduction per layer and tensor
+(:mod:`.reduction`), so memory stays bounded however long the run.
 """
 
 from __future__ import annotations
