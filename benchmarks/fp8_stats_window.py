@@ -6,8 +6,9 @@ hook's ``end_step``, which with a bounded window also folds the step that leaves
 whole-run reduction. Variants: ``keep_steps`` 100 (the default) and 0, against a window too long to
 drop anything in the run (what ``Fp8Stats`` did before it was bounded; its memory grows). The
 variants alternate in blocks of steps, who goes first alternating; the ratio is the median of the
-paired per-block ratios with the 25th-75th percentile spread. Then ``summary()`` after the run, and
-the records each holds.
+paired per-block ratios with the 25th-75th percentile spread. The clock is the process's CPU time
+(``time.process_time``), so a loaded machine's waits for a core are not counted. Then ``summary()``
+after the run, and the records each holds.
 
     python benchmarks/fp8_stats_window.py [--steps 50] [--repeats 11]
 """
@@ -48,9 +49,9 @@ def main(argv: List[str] | None = None) -> int:
             for i, layer in enumerate(names):
                 for role in ROLES:
                     stats.add_counts(layer, role, "e4m3fn", i % 7, step % 5, 4096, 1.0 + i, scales)
-            start = time.perf_counter()
+            start = time.process_time()
             since[name] = stats.end_step(since[name])[1]
-            spent += time.perf_counter() - start
+            spent += time.process_time() - start
         return spent / steps
 
     for name in variants:  # warm up: the bounded windows fill, so every timed step drops one
@@ -67,9 +68,9 @@ def main(argv: List[str] | None = None) -> int:
         print(f"end_step, {name:9s}: {statistics.median(samples[name]) * 1e3:.3f} ms vs unbounded "
               f"{statistics.median(base) * 1e3:.3f} ms: ratio {statistics.median(ratios):.2f} [{q[0]:.2f}, {q[2]:.2f}]")
     for name, stats in variants.items():
-        start = time.perf_counter()
+        start = time.process_time()
         stats.summary()
-        print(f"summary(), {name:9s}: {(time.perf_counter() - start) * 1e3:.1f} ms after {stats.step} steps; "
+        print(f"summary(), {name:9s}: {(time.process_time() - start) * 1e3:.1f} ms after {stats.step} steps; "
               f"{len(stats.records)} records held of {stats.recorded}")
     return 0
 
