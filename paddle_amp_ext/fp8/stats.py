@@ -185,6 +185,7 @@ class Fp8Stats:
             raise TypeError(f"since must be the int end_step returned last (0 at first). Received: since={since!r} "
                             f"(of type {type(since).__name__})")
         unread: Dict[Tuple[str, str], Reduction] = {}
+        lost = 0
         with self._lock:
             end = self._dropped + len(self.records)
             if not 0 <= since <= end:
@@ -193,13 +194,15 @@ class Fp8Stats:
             if since == self._cursor:
                 unread, self._unread = self._unread, {}
             elif since < self._dropped:
-                warn_once(f"fp8:lost:{id(self)}", "Fp8Stats.end_step(%d): the records before position %d left the "
-                          "window (keep_steps=%d) and are not in these tags; have one reader per Fp8Stats, or keep "
-                          "more steps.", since, self._dropped, self.keep_steps)
+                lost = self._dropped
             taken = self.records[max(since - self._dropped, 0):]
             self._cursor = end
             self.step += 1
             self._trim()
+        if lost:
+            warn_once(f"fp8:lost:{id(self)}", "Fp8Stats.end_step(%d): the records before position %d left the window "
+                      "(keep_steps=%d) and are not in these tags; have one reader per Fp8Stats, or keep more steps.",
+                      since, lost, self.keep_steps)
         return _scalars(taken, unread), end
 
     def step_start(self) -> int:
