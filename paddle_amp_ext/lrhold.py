@@ -60,7 +60,7 @@ def _swallows(scheduler: Any, signature: Optional[inspect.Signature], args: tupl
         _total += 1
     warn_once(f"lrhold:{id(scheduler)}", "%s.step() held: the step of its optimizer was skipped "
               "(inf/nan gradients), so the schedule does not advance on it (once per skipped step; "
-              "hold_lr_on_skip=False turns this off).", type(scheduler).__name__)
+              "a routing's hold_lr_on_skip=False turns this off).", type(scheduler).__name__)
     return True
 
 
