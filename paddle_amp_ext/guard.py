@@ -16,7 +16,8 @@ with no change to the loop::
 The decision is :class:`GradScaler`'s own with loss scaling off (``skip_nonfinite``): the same
 gradients (the ones the call applies, :mod:`paddle_amp_ext.gradients`: trainable parameters
 only, ``param.main_grad`` where the optimizer reads it), the same count, limit
-(``max_consecutive_skips``) and :class:`StepEvent` to the same hooks, after every guarded call.
+(``max_consecutive_skips``) and :class:`StepEvent` to the same hooks, after every guarded call;
+and, as the scaler's, each decision is noted for the LR hold (:func:`paddle_amp_ext.lrhold.note_step`).
 ``optimizer.minimize(loss)`` is guarded too (in dygraph it runs no backward and no ``step()``:
 it applies the existing ``param.grad`` tensors of its ``parameters``, which is what it is judged by);
 a skipped ``minimize`` returns ``(None, None)``, as ``scaler.minimize`` does.

@@ -3,7 +3,8 @@
 A scheduler bound to an optimizer (``learning_rate=scheduler``) is marked when a scaler or guard
 skips that optimizer's step; its next implicit-epoch ``step()`` is then swallowed (counted,
 logged once); an explicit ``step(epoch)`` never is, and an applied step clears the mark. Active
-while routing is (:func:`activate` / :func:`deactivate` count). The hold wraps ``step`` on the
+while a routing is, and while ``AmpCallback`` guards a Trainer's training (:func:`activate` /
+:func:`deactivate` count). The hold wraps ``step`` on the
 scheduler's class and keeps its marks here, weakly: nothing is put on the scheduler object. No
 device work, no host sync. The full rule: "Notes for maintainers" in the docs.
 """
@@ -59,7 +60,7 @@ def _swallows(scheduler: Any, signature: Optional[inspect.Signature], args: tupl
         _total += 1
     warn_once(f"lrhold:{id(scheduler)}", "%s.step() held: the step of its optimizer was skipped "
               "(inf/nan gradients), so the schedule does not advance on it (once per skipped step; "
-              "hold_lr_on_skip=False turns this off).", type(scheduler).__name__)
+              "a routing's hold_lr_on_skip=False turns this off).", type(scheduler).__name__)
     return True
 
 
@@ -142,7 +143,9 @@ def _forget(key: int, ref: Any) -> None:
 def note_step(optimizer: Any, skipped: bool) -> None:
     """Note that ``optimizer``'s step was decided (``skipped`` or applied); no-op while inactive.
 
-    Called by the scaler and the guard after every step decision. No device work.
+    Called by the scaler after every step decision (``step``, ``minimize``), and so by the
+    optimizer guard, whose decision is its scaler's step. No device work: ``skipped`` is the host
+    bool the step already read.
     """
     if not _active:
         return

@@ -119,6 +119,8 @@ SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
 WIDTHS = (512, 256, 128)
 #: The loaded library's functions, by name (those of :data:`SYMBOLS`).
 Kernel = Dict[str, Any]
+#: A loaded library and its path.
+Found = Tuple[Kernel, str]
 
 
 class UnsupportedCPUError(BuildError):
@@ -151,13 +153,33 @@ def _compile(cc: List[str], target: str, identity: str) -> Kernel:
     return kernel
 
 
-def _load_verified(path: str, identity: Optional[str]) -> Kernel:
-    """``path`` loaded once :mod:`.trust` accepts it and its record (see :func:`trust.verify`)."""
-    trust.verify(path, cache.build_description(), identity)
-    return _load(path)
+def _cached(folder: str, identity: Optional[str], allow_root: bool = False) -> Tuple[Optional[Found], Optional[str]]:
+    """The first library of this build in ``folder`` (a real path) that :mod:`.trust` accepts
+    (root's too with ``allow_root``) and that loads, and else why the first one there was not
+    loaded (None: there is none). Writes nothing.
+
+    Raises:
+        UntrustedError: someone else could write into ``folder``: nothing in it is opened.
+        UnsupportedCPUError: a library loads but this CPU cannot run it (none built here would).
+    """
+    if not os.path.isdir(folder):
+        return None, None
+    trust.check_folder(folder, allow_root=allow_root)
+    stale = None
+    for path in cache.candidates(folder, identity):
+        if not os.path.lexists(path):
+            continue
+        try:
+            trust.verify(path, cache.build_description(), identity, allow_root=allow_root)
+            return (_load(path), path), None
+        except UnsupportedCPUError:
+            raise
+        except _LOAD_FAILURES as exc:  # cut short, damaged, foreign, built otherwise
+            stale = stale or f"{path} was not loaded: {exc}"
+    return None, stale
 
 
-def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
+def _build_in(cc: Optional[List[str]], folder: str) -> Found:
     """The kernel cached in ``folder`` once it is verified (:mod:`.trust`), else built there once
     (with ``cc``); returns it and the library's path (and why it was built again).
 
@@ -166,19 +188,10 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
         BuildError, OSError: it cannot be built there (the message says why).
     """
     folder = os.path.realpath(folder)
-    if os.path.isdir(folder):
-        trust.check_folder(folder)
     identity = None if cc is None else cache.compiler_identity(cc)
-    stale = None
-    for target in cache.candidates(folder, identity):
-        if not os.path.lexists(target):
-            continue
-        try:
-            return _load_verified(target, identity), target
-        except UnsupportedCPUError:
-            raise
-        except _LOAD_FAILURES as exc:  # cut short, damaged, foreign, built otherwise: build it again
-            stale = stale or f"{target} was not loaded: {exc}"
+    found, stale = _cached(folder, identity)
+    if found is not None:
+        return found
     if cc is None or identity is None:
         raise BuildError(f"{stale}, and {NO_COMPILER}" if stale else NO_COMPILER)
     target = os.path.join(folder, cache.library_name(identity))
@@ -193,24 +206,18 @@ def _build_in(cc: Optional[List[str]], folder: str) -> Tuple[Kernel, str]:
     return kernel, target if stale is None else f"{target} (built again: {stale})"
 
 
-def _from_system() -> Optional[Tuple[Kernel, str]]:
+def _from_system() -> Optional[Found]:
     """A library from :func:`system_dirs` that :mod:`.trust` accepts for any uid (root's or this
     user's, in folders nobody else can write), or None; a refused one is only logged."""
     for folder in cache.system_dirs():
-        folder = os.path.realpath(folder)
-        if not os.path.isdir(folder):
-            continue
         try:
-            trust.check_folder(folder, allow_root=True)
-        except trust.UntrustedError as exc:
+            found, refused = _cached(os.path.realpath(folder), None, allow_root=True)
+        except (trust.UntrustedError, UnsupportedCPUError) as exc:
             logger.debug("kernel folder %s is not used: %s", folder, exc)
             continue
-        for path in cache.candidates(folder, None):
-            try:
-                trust.verify(path, cache.build_description(), None, allow_root=True)
-                return _load(path), path
-            except _LOAD_FAILURES as exc:
-                logger.debug("%s is not used: %s", path, exc)
+        if found is not None:
+            return found
+        logger.debug("kernel folder %s: %s", folder, refused or "no library of this build")
     return None
 
 
@@ -297,20 +304,17 @@ def cached_status() -> NativeStatus:
     installed = _from_system()
     if installed is not None:
         return NativeStatus(True, installed[1])
-    folder = os.path.realpath(cache.cache_dir())
     cc = cache.compiler()
     try:
-        trust.check_folder(folder)
-        identity = None if cc is None else cache.compiler_identity(cc)
-        for path in cache.candidates(folder, identity):
-            if os.path.lexists(path):
-                _load_verified(path, identity)
-                return NativeStatus(True, path)
+        found, stale = _cached(os.path.realpath(cache.cache_dir()), None if cc is None else cache.compiler_identity(cc))
     except UnsupportedCPUError as exc:
         return NativeStatus(False, str(exc))
-    except _LOAD_FAILURES as exc:
+    except trust.UntrustedError as exc:
         return NativeStatus(False, f"{NOT_BUILT}; {exc}")
-    return NativeStatus(False, NOT_BUILT if cc is not None else f"{NOT_BUILT}, but {NO_COMPILER}")
+    if found is not None:
+        return NativeStatus(True, found[1])
+    detail = NOT_BUILT if cc is not None else f"{NOT_BUILT}, but {NO_COMPILER}"
+    return NativeStatus(False, detail if stale is None else f"{detail}; {stale}")
 
 
 def _build() -> Tuple[Optional[Kernel], str]:

@@ -166,9 +166,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         mp_util.register_after_fork(session, _session.Session.in_forked_child)
         stack.callback(children.uninstall)
-        if out is not None:
-            out.track()
-            stack.callback(out.untrack)
         try:
             stack.enter_context(when_imported("paddle", session.start))
             if args.module is None:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+import weakref
 from typing import Any, Optional
 
-from .. import _compat
+from .. import _compat, lrhold
 from .._log import warn_once
 from ..dashboards import backends, metrics
 from ..scaler import GradScaler
@@ -101,11 +102,11 @@ class AmpCallback(TrainerCallback):
     the Trainer calls ``optimizer.step()`` and ``lr_scheduler.step()`` itself, so before the first
     step the callback guards its optimizer with :func:`paddle_amp_ext.guard_optimizer` (or uses
     the guard a routing put on it as it was built, and leaves that one in place; a step
-    whose gradients hold inf/nan is not applied, and is counted), makes its LR scheduler's
-    ``step`` hold on a skipped step (as the Trainer does itself with a scaler) and attaches the
-    hook to the guard; both are undone at the end of training. A guard the user put on the
-    optimizer before is used as it is (its settings kept) and left in place at the end: only
-    the hook and the scheduler hold the callback added are removed. ``amp/loss`` is not logged there
+    whose gradients hold inf/nan is not applied, and is counted), holds its LR scheduler on a
+    skipped step (as the Trainer does itself with a scaler: :mod:`paddle_amp_ext.lrhold`, active
+    while training) and attaches the hook to the guard; both are undone at the end of training. A
+    guard the user put on the optimizer before is used as it is (its settings kept) and left in
+    place at the end: only the hook and the hold the callback added end. ``amp/loss`` is not logged there
     (no scaler sees the loss). With a scaler the hook is attached when training begins, so
     ``amp/loss`` starts at the first step (the routing's scaler; a scaler it cannot tell apart from
     others is attached at the first ``on_optimizer_begin``, after that step's loss).
@@ -142,7 +143,7 @@ class AmpCallback(TrainerCallback):
         self.optimizer_guard: Any = None  # the guard on the Trainer's optimizer (this callback's or the user's)
         self._owns_guard = False  # whether this callback installed it (and so removes it at train end)
         self._source: Any = None  # the scaler or guard the hook is attached to
-        self._held: Any = None  # (scheduler, its replaced step) while held
+        self._holding: Any = None  # while this callback holds the LR (lrhold): its deactivate(), run once
         self._fp8: Any = None  # the Fp8Stats every hook of this callback watches
 
     def watch_fp8(self, stats: Any) -> None:
@@ -188,10 +189,10 @@ class AmpCallback(TrainerCallback):
     def on_optimizer_begin(self, args: Any, state: Any, control: Any, scaler: Any = None, **kwargs: Any) -> None:
         if scaler is None:
             optimizer = kwargs.get("optimizer")
-            if not self.guard or optimizer is None or (self.hook is not None and self.optimizer_guard is not None
-                                                       and self._source is self.optimizer_guard
-                                                       and self.optimizer_guard.optimizer is optimizer):
-                return  # guarded and attached already in this training
+            guard = self.optimizer_guard
+            if not self.guard or optimizer is None or (guard is not None and self._source is guard
+                                                       and guard.optimizer is optimizer):
+                return  # guarded and attached already in this training (with report_to="none" too)
             from ..guard import guard_of, guard_optimizer
 
             self._end_guard()
@@ -199,7 +200,7 @@ class AmpCallback(TrainerCallback):
             self._owns_guard = users is None
             self.optimizer_guard = users if users is not None else guard_optimizer(optimizer)
             if kwargs.get("lr_scheduler") is not None:
-                self._hold(kwargs["lr_scheduler"], self.optimizer_guard)
+                self._hold()
             self._attach(self.optimizer_guard, args)
         elif scaler is not self._source:
             if not isinstance(scaler, GradScaler):
@@ -248,32 +249,27 @@ class AmpCallback(TrainerCallback):
         for key, value in values.items():
             logs.setdefault(key, value)
 
-    def _hold(self, scheduler: Any, guard: Any) -> None:
-        """Replace ``scheduler.step`` (on this object) by one that does nothing after a skipped guarded step.
+    def _hold(self) -> None:
+        """Hold the Trainer's LR scheduler on the guard's skipped steps until :meth:`_end_guard`.
 
-        Otherwise it calls the object's own ``step`` it replaced, or else its class's, looked up at
-        the call (so the routing's hold, on the class, is met there too)."""
-        own = vars(scheduler).get("step")
-
-        def step(*args: Any, **kwargs: Any) -> Any:
-            if guard.active and guard.last_step_skipped:
-                return None
-            if own is not None:
-                return own(*args, **kwargs)
-            return type(scheduler).step(scheduler, *args, **kwargs)
-
-        scheduler.step = step
-        self._held = (scheduler, step)
+        The guard notes every step it decides (:func:`paddle_amp_ext.lrhold.note_step`), so while
+        :mod:`~paddle_amp_ext.lrhold` is active the scheduler bound to the optimizer (the one it
+        reads its rate from: the Trainer builds it so) does not advance on the Trainer's
+        ``lr_scheduler.step()`` after a skipped step. Nothing is put on the scheduler object. The
+        activation is counted (beside a routing's, another Trainer's) and ends at train end, or,
+        should that never come, when this callback is collected or the process exits.
+        """
+        if self._holding is None or not self._holding.alive:
+            lrhold.activate()
+            self._holding = weakref.finalize(self, lrhold.deactivate)
 
     def _end_guard(self) -> None:
         if self.optimizer_guard is not None and self._owns_guard:
             self.optimizer_guard.remove()
         self._owns_guard = False
-        if self._held is not None:
-            scheduler, step = self._held
-            if vars(scheduler).get("step") is step:
-                del scheduler.step
-            self._held = None
+        if self._holding is not None:
+            self._holding()  # lrhold.deactivate(), once
+            self._holding = None
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._close_hook()

@@ -1,21 +1,20 @@
-"""What ``python -m paddle_amp_ext.run`` watches around the script: children, threads, stdout.
+"""What ``python -m paddle_amp_ext.run`` watches around the script: children, threads; and the original stdout.
 
 - :class:`ChildWatch`: the ``multiprocessing`` processes the script starts, by start method. A
   fork child inherits the routing; a spawn or forkserver child is a fresh interpreter, unrouted.
   Paddle's own ``DataLoader`` workers are told apart (they build no scaler).
 - :func:`join_new_threads`: waits for the script's non-daemon threads, as the interpreter does
   before it exits, so a training thread that outlives the script's main body stays routed.
-- :class:`StdoutEnd`: where the last line of the script's stdout ended, so ``--json`` puts the
-  summary on a line of its own on the original stdout (taken before the script ran).
+- :class:`StdoutEnd`: the original stdout (taken before the script ran), where ``--json`` puts
+  the summary on a line of its own.
 
 Relies on CPython's ``multiprocessing.process.BaseProcess`` (its ``start()``, the class attribute
 ``_start_method`` of the context's Process classes and the ``_target`` a Process keeps;
-3.8-3.13) and on ``io.TextIOWrapper`` over ``sys.stdout.buffer`` (3.8+).
+3.8-3.13).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 import sys
@@ -90,25 +89,14 @@ def join_new_threads(before: Set[threading.Thread]) -> None:
             thread.join()
 
 
-class _Tracking(io.TextIOWrapper):
-    """``sys.stdout`` over the same buffer, remembering the last character written."""
-
-    last = "\n"
-
-    def write(self, text: str) -> int:
-        written = super().write(text)
-        if text:
-            self.last = text[-1]
-        return written
-
-
 class StdoutEnd:
-    """The original stdout (a duplicate of fd 1 taken before the script runs) and whether the
-    script's output on it ended with a newline.
+    """The original stdout (a duplicate of fd 1 taken before the script runs), for the ``--json``
+    summary on a line of its own after whatever the script wrote.
 
-    While the script runs, ``sys.stdout`` is a text stream over the interpreter's own buffer that
-    notes the last character written (when ``sys.stdout`` is the interpreter's own); a regular
-    file is read back instead.
+    Nothing of the script's is watched: it may rebind or close ``sys.stdout``, write to fd 1
+    itself, fork. On a regular file the byte before the summary is read back; anywhere else (a
+    pipe, a terminal) the summary starts a new line, so it is the last line whatever came before
+    (after an empty line where the script's output ended with a newline).
     """
 
     def __init__(self) -> None:
@@ -116,65 +104,44 @@ class StdoutEnd:
             self.fd: Optional[int] = os.dup(1)
         except OSError:
             self.fd = None  # no stdout at all
-        self._tracking: Optional[_Tracking] = None
-        self._original: Any = None
 
-    def track(self) -> None:
-        """Put the tracking stream in place of ``sys.stdout`` (only when it is the interpreter's own)."""
-        stream = sys.stdout
-        if type(stream) is not io.TextIOWrapper or stream is not sys.__stdout__:
-            return
+    @staticmethod
+    def _ends_with_newline(fd: int) -> bool:
+        """Whether ``fd`` is a regular file whose byte before its offset is a newline (or that is
+        at its start), read through a read-only open of it (fd 1 is mostly write-only); False
+        where that cannot be known."""
         try:
-            stream.flush()
-            self._tracking = _Tracking(stream.buffer, encoding=stream.encoding, errors=stream.errors,
-                                       line_buffering=stream.line_buffering, write_through=stream.write_through)
-        except (ValueError, OSError, AttributeError):
-            return
-        self._original = stream
-        sys.stdout = self._tracking
-
-    def untrack(self) -> None:
-        """Flush the script's streams and put the interpreter's ``sys.stdout`` back (if still ours)."""
-        for stream in (sys.stdout, sys.__stdout__, self._tracking):
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            where = os.lseek(fd, 0, os.SEEK_CUR)
+            if where == 0:
+                return True
+            reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)  # Linux; elsewhere: OSError
             try:
-                if stream is not None:
-                    stream.flush()
-            except (ValueError, OSError, AttributeError):
-                pass
-        if self._tracking is None:
-            return
-        if sys.stdout is self._tracking:
-            sys.stdout = self._original
-        try:
-            self._tracking.detach()  # the buffer stays open: the interpreter's stdout still writes to it
-        except (ValueError, OSError):
-            pass  # closed by the script
-
-    def ends_with_newline(self) -> bool:
-        if self.fd is None:
-            return True
-        try:
-            info = os.fstat(self.fd)
-            if stat.S_ISREG(info.st_mode):
-                where = os.lseek(self.fd, 0, os.SEEK_CUR)
-                return where == 0 or os.pread(self.fd, 1, where - 1) == b"\n"
+                return os.pread(reader, 1, where - 1) == b"\n"
+            finally:
+                os.close(reader)
         except OSError:
-            pass
-        return self._tracking is None or self._tracking.last == "\n"
+            return False
 
     def write_line(self, text: str) -> bool:
-        """Write ``text`` as a line of its own on the original stdout; False where there is none."""
+        """Flush the script's streams, then write ``text`` as a line of its own on the original
+        stdout; False where there is none."""
         if self.fd is None:
             return False
-        data = (("" if self.ends_with_newline() else "\n") + text + "\n").encode("utf-8", "replace")
+        for stream in (sys.stdout, sys.__stdout__):  # what the script left buffered goes first
+            try:
+                stream.flush()
+            except (ValueError, OSError, AttributeError):
+                pass  # closed, or not a stream
+        data = (("" if self._ends_with_newline(self.fd) else "\n") + text + "\n").encode("utf-8", "replace")
         try:
             while data:
                 data = data[os.write(self.fd, data):]
         except OSError:
             return False
         finally:
-            os.close(self.fd)
-            self.fd = None
+            self.close()
         return True
 
     def close(self) -> None:

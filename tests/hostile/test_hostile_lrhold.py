@@ -179,6 +179,42 @@ def test_schedulers_held_and_stepped_in_many_threads_each_hold_once():
     assert [lr.last_epoch for lr in schedulers] == [5] * 4
 
 
+@pytest.mark.parametrize("via", ["step", "minimize"])
+def test_a_guarded_step_skipped_under_an_active_hold_holds_the_next_implicit_step(via):
+    """No routing and no scaler in the loop: ``guard_optimizer`` and ``lrhold.activate()`` alone
+    (as AmpCallback uses them), each decision noted as the scaler's is."""
+    lr = StepDecay(1.0, step_size=1, gamma=0.5)
+    paddle.seed(3)
+    net = paddle.nn.Linear(4, 2)
+    opt = paddle.optimizer.SGD(learning_rate=lr, parameters=net.parameters())
+    guard = amp.guard_optimizer(opt)
+
+    def step(scale):
+        loss = net(paddle.ones([2, 4])).mean() * scale
+        loss.backward()
+        opt.step() if via == "step" else opt.minimize(loss)
+        opt.clear_grad()
+
+    lrhold.activate()
+    try:
+        epochs = []
+        for scale in (float("nan"), 1.0, float("nan"), float("nan")):
+            step(scale)
+            lr.step()
+            epochs.append(lr.last_epoch)
+        step(float("nan"))
+        lr.step(5)  # explicit: never held
+        epochs.append(lr.last_epoch)
+        assert (epochs, lrhold.held_steps(lr), guard.skipped_steps) == ([0, 1, 1, 1, 5], 3, 4)
+    finally:
+        lrhold.deactivate()
+        guard.remove()
+    step(float("nan"))
+    lr.step()  # inactive: not held
+    assert lr.last_epoch == 6 and "step" not in vars(StepDecay) and sorted(vars(lr)) == sorted(
+        vars(StepDecay(1.0, step_size=1, gamma=0.5)))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variable", ["PADDLE_AMP_EXT_PADDLEFORMERS_PYTHON", "PADDLE_AMP_EXT_PADDLENLP_PYTHON"])
 def test_amp_callback_under_routing_leaves_no_hold_on_the_scheduler(variable, tmp_path):

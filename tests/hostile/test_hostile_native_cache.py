@@ -234,3 +234,28 @@ def test_cached_status_with_odd_cache_and_system_paths_says_not_built(tmp_path, 
     current = build.cached_status()
     assert not current.available and current.detail.startswith(build.NOT_BUILT)
     assert sorted(p.name for p in tmp_path.iterdir()) == ([] if what == "missing" else ["odd"])
+
+
+def test_cached_status_says_what_status_loads_past_a_damaged_newer_library(rebuild, tmp_path, monkeypatch):
+    """Without a compiler any library of this build is a candidate, newest first: a damaged newer
+    one is passed over by ``check``'s read-only look as by the load itself (one lookup for both)."""
+    from helpers import no_compiler
+
+    monkeypatch.setenv(build.ENV_SYSTEM, str(tmp_path / "none"))
+    good = Path(build.status().detail)
+    assert build.status().available and good.parent == rebuild
+    damaged = rebuild / build.library_name("another compiler: 1.0")
+    damaged.write_bytes(b"\x7fELF cut short")
+    os.utime(damaged, (good.stat().st_mtime + 60,) * 2)  # the newest: looked at first
+    no_compiler(monkeypatch, tmp_path)
+    build.reset()
+    looked = build.cached_status()
+    build.reset()
+    loaded = build.status()
+    assert looked == loaded == build.NativeStatus(True, str(good))
+    damaged.unlink()
+    (rebuild / (good.stem + ".json")).unlink()  # the only library left has no record of its build
+    build.reset()
+    assert build.cached_status() == build.NativeStatus(
+        False, f"{build.NOT_BUILT}, but {build.NO_COMPILER}; {good} was not loaded: it has no record of its build "
+               f"({good.stem}.json)")

@@ -221,6 +221,39 @@ def test_json_goes_on_its_own_line_to_the_original_stdout_whatever_the_script_di
     assert first == "no newline" and json.loads(second)["exit_code"] == 0
 
 
+FD1_WRITERS = {
+    "os.write": "import os\nos.write(1, b'raw bytes')\n",
+    "a forked child": "import os, sys\npid = os.fork()\nif pid == 0:\n    sys.stdout.write('from the child')\n"
+                      "    sys.stdout.flush()\n    os._exit(0)\nos.waitpid(pid, 0)\n",
+    "a stream of its own on fd 1": "import sys\nsys.stdout = open(1, 'w', closefd=False)\n"
+                                   "print('own stream', end='')\n",
+    "print, then os.write": "import os\nprint('line', flush=True)\nos.write(1, b'tail')\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", list(FD1_WRITERS.values()), ids=list(FD1_WRITERS))
+def test_json_is_the_last_line_whatever_wrote_to_fd_1_without_a_newline(tmp_path, script):
+    proc = _run(tmp_path, script, "--json", "--no-log")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *before, last = proc.stdout.splitlines()
+    assert json.loads(last)["exit_code"] == 0 and before and before[-1] in (
+        "raw bytes", "from the child", "own stream", "tail")
+
+
+@pytest.mark.slow
+def test_json_after_a_newline_follows_an_empty_line_on_a_pipe_and_none_in_a_file(tmp_path):
+    proc = _run(tmp_path, "print('done')\n", "--json", "--no-log")
+    first, empty, last = proc.stdout.splitlines()
+    assert (first, empty, json.loads(last)["exit_code"]) == ("done", "", 0)
+    with open(tmp_path / "captured.txt", "w") as out:
+        done = subprocess.run([*RUN, "--json", "--no-log", "train.py"], stdout=out, stderr=subprocess.PIPE, text=True,
+                              timeout=240, cwd=tmp_path, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, last = (tmp_path / "captured.txt").read_text().splitlines()
+    assert first == "done" and json.loads(last)["exit_code"] == 0
+
+
 # --------------------------------------------------------------------------- DataLoader workers
 DATALOADER_EVAL = """
 import numpy as np
