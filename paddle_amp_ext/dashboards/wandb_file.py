@@ -13,7 +13,8 @@ transaction log. Its format (``core/pkg/leveldb/record.go`` and
 - each record a serialized ``wandb_internal_pb2.Record``: here the ``header`` (version info), the
   ``run`` (id, project, name, host, start time), one ``history`` per step (the values with
   ``_timestamp``, ``_runtime`` and ``_step``, as W&B's own ``log()`` makes it), one ``summary``
-  per flush (the latest value of each key) and the ``exit`` at ``close()``.
+  per flush (the latest value of each key), and at ``close()`` a ``summary`` of the run's time and
+  the ``exit``.
 
 The bytes of a record are those W&B's protobuf classes serialize for the same message (the tests
 compare them); W&B's reader (``wandb leet inspect``, the one ``wandb sync`` uses) reads the file.
@@ -175,10 +176,12 @@ class HistoryEncoder:
 
     def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> HistoryStep:
         keys, items = self._keys, []
-        extra = [("_timestamp", walltime_ms / 1000), ("_runtime", (walltime_ms - self._start) / 1000), ("_step", step)]
-        for tag, value in values + extra:
-            text = json_number(value).encode("utf-8")
-            body = (keys.get(tag) or self._key(tag)) + varint(len(text)) + text
+        texts = [(tag, json_number(value)) for tag, value in values]
+        texts += [("_timestamp", repr(walltime_ms / 1000)), ("_runtime", repr((walltime_ms - self._start) / 1000)),
+                  ("_step", str(int(step)))]
+        for tag, text in texts:
+            raw = text.encode("ascii")
+            body = (keys.get(tag) or self._key(tag)) + varint(len(raw)) + raw
             items.append((tag, b"\x0a" + varint(len(body)) + body))
         return HistoryStep(step, items)
 
@@ -222,12 +225,15 @@ class Sequence:
     def commit(self, state: tuple) -> None:
         self.num, self.last_step = state
 
-    def exit_record(self, offset: int, now_ms: Optional[int] = None, exit_code: int = 0) -> bytes:
-        """The exit record (the run's end: W&B marks a run without one as failed when it syncs it)."""
+    def exit_records(self, offset: int, now_ms: Optional[int] = None, exit_code: int = 0) -> bytes:
+        """The run's end, as W&B's ``finish()`` writes it: a summary of ``_wandb.runtime`` (whole
+        seconds) and the exit record (W&B marks a run without one as failed when it syncs it)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         runtime = max(0, min((now_ms - self.info.start_ms) // 1000, (1 << 31) - 1))
+        item = _string(2, "_wandb") + _string(2, "runtime") + _bytes_field(b"\x82\x01", str(runtime).encode())
+        out = frame(_int(1, self.num + 1) + _message(3, _message(1, item)), offset)
         body = _int(1, exit_code) + _int(2, runtime)
-        return frame(_int(1, self.num + 1) + _message(18, body) + _info(self.info.run_id), offset)
+        return out + frame(_int(1, self.num + 2) + _message(18, body) + _info(self.info.run_id), offset + len(out))
 
 
 def wants_own_file(environ: Optional[dict] = None) -> bool:

@@ -34,7 +34,7 @@ class WandbFile(RecordFile):
     it), created and written as a record file: one ``write`` per flush, cut back to its last whole
     record after a failed write, re-created (same run) when removed. The records are numbered and
     framed at the write (:class:`~paddle_amp_ext.dashboards.wandb_file.Sequence`), so a failed
-    write changes nothing. ``close()`` in the process that opened it appends the exit record.
+    write changes nothing. ``close()`` in the process that opened it appends the run's end (its exit record).
     """
 
     #: each step is written once, whole (W&B keeps one history record per step)
@@ -60,7 +60,7 @@ class WandbFile(RecordFile):
     def close(self) -> None:
         if self._fd >= 0 and os.getpid() == self._pid and not self.removed():
             try:
-                self.write_bytes(self._sequence.exit_record(self._good))
+                self.write_bytes(self._sequence.exit_records(self._good))
             except OSError:
                 pass  # a run without its exit record is synced as failed: nothing worse
         super().close()
