@@ -47,13 +47,21 @@ _INT64_MAX = (1 << 63) - 1
 MIN_CONSUMER = "0.70.0"
 _ID_CHARS = string.ascii_lowercase + string.digits
 _PACK_CHUNK = struct.Struct("<IHB").pack
+_FULL_SEED = zlib.crc32(bytes((_FULL,)))
+_SHORT = [bytes((n,)) for n in range(128)]  # a varint below 128: one byte
+
+
+def _varint(value: int) -> bytes:
+    return _SHORT[value] if 0 <= value < 128 else varint(value)
 
 
 def frame(data: bytes, offset: int) -> bytes:
     """``data`` as one record of W&B's log written at file ``offset``: its chunks, with the zeros
     that end a block when fewer than 7 bytes are left in it (as ``leveldb.Writer`` does)."""
-    out = []
     pos = offset % BLOCK
+    if pos + _CHUNK_HEADER + len(data) <= BLOCK:  # the usual case: one full chunk
+        return _PACK_CHUNK(zlib.crc32(data, _FULL_SEED), len(data), _FULL) + data
+    out = []
     if pos + _CHUNK_HEADER > BLOCK:
         out.append(b"\x00" * (BLOCK - pos))
         pos = 0
@@ -175,14 +183,14 @@ class HistoryEncoder:
         return key
 
     def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> HistoryStep:
-        keys, items = self._keys, []
-        texts = [(tag, json_number(value)) for tag, value in values]
+        keys, items, number = self._keys, [], json_number
+        texts = [(tag, number(value)) for tag, value in values]
         texts += [("_timestamp", repr(walltime_ms / 1000)), ("_runtime", repr((walltime_ms - self._start) / 1000)),
                   ("_step", str(int(step)))]
         for tag, text in texts:
             raw = text.encode("ascii")
-            body = (keys.get(tag) or self._key(tag)) + varint(len(raw)) + raw
-            items.append((tag, b"\x0a" + varint(len(body)) + body))
+            body = (keys.get(tag) or self._key(tag)) + _varint(len(raw)) + raw
+            items.append((tag, b"\x0a" + _varint(len(body)) + body))
         return HistoryStep(step, items)
 
 
@@ -210,8 +218,9 @@ class Sequence:
                           "it).", step, last)
                 continue
             last, num = step, num + 1
-            history = b"".join(item for _, item in entry.items) + _message(2, _int(1, step))
-            record = _int(1, num) + _message(2, history)
+            history = b"".join([item for _, item in entry.items]) + (_message(2, b"\x08" + varint(step)) if step
+                                                                     else b"\x12\x00")  # HistoryStep, even empty
+            record = b"\x08" + _varint(num) + b"\x12" + _varint(len(history)) + history
             part = frame(record, offset)
             out.append(part)
             offset += len(part)
