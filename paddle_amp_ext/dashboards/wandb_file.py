@@ -95,12 +95,6 @@ def _int(number: int, value: int) -> bytes:
     return varint(number << 3) + varint(value) if value else b""
 
 
-def _item(key: str, value_json: str) -> bytes:
-    """A HistoryItem / SummaryItem / ConfigItem (the same fields): ``nested_key`` (2) as wandb-core
-    writes a flat key, and ``value_json`` (16)."""
-    return _string(2, key) + _bytes_field(b"\x82\x01", value_json.encode("utf-8"))
-
-
 def json_number(value: object) -> str:
     """``value`` as W&B's ``value_json``: JSON with ``NaN``, ``Infinity``, ``-Infinity`` kept.
 
@@ -111,7 +105,10 @@ def json_number(value: object) -> str:
         if not isinstance(value, numbers.Real):
             raise TypeError(f"A recorded value must be a real number. Received: {value!r} "
                             f"(of type {type(value).__name__})")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an int past float64's range
+            return "Infinity" if value > 0 else "-Infinity"
     if value - value == 0:  # finite
         return repr(value)
     return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
@@ -179,6 +176,8 @@ class HistoryEncoder:
         self._keys: Dict[str, bytes] = {}
 
     def _key(self, tag: str) -> bytes:
+        """A HistoryItem's (SummaryItem's) key and the tag of its value: ``nested_key`` (2), as
+        wandb-core writes a flat key, then ``value_json`` (16)."""
         key = self._keys[tag] = _string(2, tag) + b"\x82\x01"
         return key
 

@@ -58,7 +58,8 @@ def test_frame_anywhere_in_a_block_reads_back_whole(at, size):
 @pytest.mark.parametrize("value, text", [(0.5, "0.5"), (1e39, "1e+39"), (-0.0, "-0.0"), (math.inf, "Infinity"),
                                          (-math.inf, "-Infinity"), (math.nan, "NaN"), (3, "3.0"), (True, "1.0"),
                                          (np.float32(0.25), "0.25"), (np.float16(65504), "65504.0"),
-                                         (2**80, "1.2089258196146292e+24")])
+                                         (2**80, "1.2089258196146292e+24"), (10**400, "Infinity"),
+                                         (-10**400, "-Infinity")])
 def test_json_number_of_every_real_kind(value, text):
     assert wf.json_number(value) == text
 
