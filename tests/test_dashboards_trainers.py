@@ -52,7 +52,7 @@ def test_the_hooks_wandb_run_equals_its_visualdl_records(trainer_logs):
     offline run file is written without it), read here with W&B's own record definitions."""
     pytest.importorskip("wandb")
     (path,) = trainer_logs["hook_wandb"]
-    wandb = read_wandb(os.path.dirname(path))
+    wandb = read_wandb(os.path.dirname(os.path.dirname(os.path.dirname(path))))  # the hook's run directory
     hook = trainer_logs["hook_records"]
     assert set(wandb) == set(hook) and len(hook[metrics.LOSS_SCALE.name]) == 6
     for name, series in hook.items():
