@@ -158,39 +158,42 @@ def header(info: RunInfo) -> bytes:
 
 
 class HistoryStep:
-    """One step encoded: its number and its ``HistoryItem`` fields (numbered and framed at write time,
-    by :class:`Sequence`)."""
+    """One step encoded: its number, its tags and their ``HistoryItem`` fields (numbered and framed
+    at write time, by :class:`Sequence`)."""
 
-    __slots__ = ("step", "items")
+    __slots__ = ("step", "tags", "items")
 
-    def __init__(self, step: int, items: List[Tuple[str, bytes]]) -> None:
-        self.step, self.items = step, items
+    def __init__(self, step: int, tags: List[str], items: List[bytes]) -> None:
+        self.step, self.tags, self.items = step, tags, items
 
 
 class HistoryEncoder:
     """A step as W&B's ``log()`` records it: the values, ``_timestamp`` (seconds), ``_runtime``
-    (seconds since the run's start) and ``_step``. The key fields are computed once per tag."""
+    (seconds since the run's start) and ``_step``. Everything of an item but its value is computed
+    once per tag and length of the value."""
 
     def __init__(self, info: RunInfo) -> None:
         self._start = info.start_ms
-        self._keys: Dict[str, bytes] = {}
+        self._prefixes: Dict[Tuple[str, int], bytes] = {}
 
-    def _key(self, tag: str) -> bytes:
-        """A HistoryItem's (SummaryItem's) key and the tag of its value: ``nested_key`` (2), as
-        wandb-core writes a flat key, then ``value_json`` (16)."""
-        key = self._keys[tag] = _string(2, tag) + b"\x82\x01"
-        return key
+    def _prefix(self, tag: str, size: int) -> bytes:
+        """A HistoryItem (SummaryItem) up to its value's bytes: the item's field and length, its key
+        as ``nested_key`` (2, as wandb-core writes a flat key), and the key and length of
+        ``value_json`` (16)."""
+        body = _string(2, tag) + b"\x82\x01" + varint(size)
+        prefix = self._prefixes[(tag, size)] = b"\x0a" + varint(len(body) + size) + body
+        return prefix
 
     def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> HistoryStep:
-        keys, items, number = self._keys, [], json_number
-        texts = [(tag, number(value)) for tag, value in values]
-        texts += [("_timestamp", repr(walltime_ms / 1000)), ("_runtime", repr((walltime_ms - self._start) / 1000)),
-                  ("_step", str(int(step)))]
-        for tag, text in texts:
+        prefixes, number, items = self._prefixes, json_number, []
+        tags = [tag for tag, _ in values] + ["_timestamp", "_runtime", "_step"]
+        texts = [repr(value) if value.__class__ is float and value - value == 0 else number(value)  # finite: inline
+                 for _, value in values]
+        texts += [repr(walltime_ms / 1000), repr((walltime_ms - self._start) / 1000), str(int(step))]
+        for tag, text in zip(tags, texts):
             raw = text.encode("ascii")
-            body = (keys.get(tag) or self._key(tag)) + _varint(len(raw)) + raw
-            items.append((tag, b"\x0a" + _varint(len(body)) + body))
-        return HistoryStep(step, items)
+            items.append((prefixes.get((tag, len(raw))) or self._prefix(tag, len(raw))) + raw)
+        return HistoryStep(step, tags, items)
 
 
 class Sequence:
@@ -217,13 +220,13 @@ class Sequence:
                           "it).", step, last)
                 continue
             last, num = step, num + 1
-            history = b"".join([item for _, item in entry.items]) + (_message(2, b"\x08" + varint(step)) if step
-                                                                     else b"\x12\x00")  # HistoryStep, even empty
+            history = b"".join(entry.items) + (_message(2, b"\x08" + varint(step)) if step
+                                               else b"\x12\x00")  # HistoryStep, even empty
             record = b"\x08" + _varint(num) + b"\x12" + _varint(len(history)) + history
             part = frame(record, offset)
             out.append(part)
             offset += len(part)
-            updated.update(entry.items)
+            updated.update(zip(entry.tags, entry.items))
         if updated:
             num += 1
             part = frame(_int(1, num) + _message(3, b"".join(updated.values())), offset)
