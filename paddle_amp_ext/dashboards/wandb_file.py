@@ -211,7 +211,7 @@ class Sequence:
     def encode(self, steps: List[HistoryStep], offset: int) -> Tuple[bytes, tuple]:
         """``steps`` as framed records from file ``offset`` (history per step, then one summary);
         returns the bytes and the state to :meth:`commit` once they are written."""
-        num, last, out, updated = self.num, self.last_step, [], {}
+        num, last, out, updated, kept = self.num, self.last_step, [], {}, []
         for entry in steps:
             step = entry.step
             if step < 0 or step > _INT64_MAX or (last is not None and step <= last):
@@ -226,7 +226,11 @@ class Sequence:
             part = frame(record, offset)
             out.append(part)
             offset += len(part)
-            updated.update(zip(entry.tags, entry.items))
+            kept.append(entry)
+        for i, entry in enumerate(reversed(kept)):  # the summary: each key's latest item (one step, usually)
+            if not i or entry.tags != kept[-1].tags:
+                for tag, item in zip(entry.tags, entry.items):
+                    updated.setdefault(tag, item)
         if updated:
             num += 1
             part = frame(_int(1, num) + _message(3, b"".join(updated.values())), offset)
