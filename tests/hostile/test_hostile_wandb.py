@@ -199,3 +199,16 @@ def test_threads_flushing_while_steps_arrive_keep_every_step_once_in_order(tmp_p
     assert [h["_step"] for h in history] == list(range(2000))
     assert [h[LOSS] for h in history] == [float(s) for s in range(2000)]
     assert os.path.getsize(writer.path) > 4 * wf.BLOCK  # many block boundaries crossed
+
+
+def test_the_flush_summary_holds_each_keys_latest_value_when_steps_log_different_tags():
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    info = wf.RunInfo("r", run_id="abcd1234", start_ms=0)
+    encoder, sequence = wf.HistoryEncoder(info), wf.Sequence(info)
+    scale, lr = metrics.LOSS_SCALE.name, metrics.LR.name
+    steps = [encoder.step(0, 1000, [(LOSS, 1.0), (scale, 8.0)]), encoder.step(1, 2000, [(LOSS, 2.0), (lr, 0.1)]),
+             encoder.step(2, 3000, [(LOSS, 3.0)]), encoder.step(3, 4000, [(LOSS, 4.0)])]
+    data, _ = sequence.encode(steps, len(wf.MAGIC))
+    summary = Record.FromString(list(leveldb_payloads(wf.MAGIC + data))[-1])
+    assert history_items(summary) == {LOSS: 4.0, scale: 8.0, lr: 0.1, "_step": 3, "_timestamp": 4.0, "_runtime": 4.0}
