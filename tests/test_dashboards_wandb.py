@@ -1,7 +1,7 @@
 """report_to="wandb": W&B's offline run file written by this package, checked against W&B itself:
 its protobuf classes (byte-identical records), wandb-core's own writer (byte-identical framing),
-a real ``wandb.init(mode="offline")`` run of the same steps (the same records), and wandb-core's own
-reader (``wandb leet inspect``) and ``wandb sync --dry-run``, all offline."""
+a real ``wandb.init(mode="offline")`` run of the same steps (the same records), wandb-core's own
+reader (``wandb leet inspect``), and ``wandb sync`` uploading it to a stand-in server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 from dashboard_readers import (
     _leveldb_records,
@@ -240,3 +241,104 @@ def test_wandb_mode_disabled_runs_wandbs_library_through_the_hook(tmp_path, monk
         train(hook, steps=3)
     assert hook.dropped_steps == 0
     assert not list((tmp_path / "runs").rglob("*.wandb"))
+
+
+class _FakeWandbServer:
+    """Just enough of W&B's server on 127.0.0.1 for ``wandb sync``: GraphQL ``UpsertBucket`` and
+    ``CreateRunFiles``, the run's file stream and file uploads; it keeps what was sent."""
+
+    def __init__(self):
+        import http.server
+        import re
+        import threading
+
+        self.history, self.stream, self.uploads, self.queries = [], [], {}, []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _reply(self, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/graphql":
+                    query = json.loads(body)
+                    name = re.search(r"(?:mutation|query)\s+(\w+)", query["query"]).group(1)
+                    variables = query.get("variables") or {}
+                    server.queries.append(name)
+                    if name == "UpsertBucket":
+                        project = {"id": "UA", "name": variables.get("project"), "entity": {"id": "RQ", "name": "tester"}}
+                        return self._reply({"data": {"upsertBucket": {"inserted": True, "bucket": {
+                            "id": "QQ", "name": variables.get("name"), "displayName": variables.get("displayName"),
+                            "description": "", "config": "{}", "historyLineCount": 0, "project": project}}}})
+                    if name == "CreateRunFiles":
+                        port = self.server.server_address[1]
+                        return self._reply({"data": {"createRunFiles": {"runID": "QQ", "uploadHeaders": [], "files": [
+                            {"name": f, "uploadUrl": f"http://127.0.0.1:{port}/upload/{f}"} for f in variables["files"]]}}})
+                    return self._reply({"data": {}})
+                if self.path.endswith("/file_stream"):
+                    update = json.loads(body)
+                    server.stream.append(update)
+                    history = update.get("files", {}).get("wandb-history.jsonl", {})
+                    server.history += [json.loads(line) for line in history.get("content", [])]
+                return self._reply({"exitcode": None, "limits": {}})  # the file stream; wandb-core's telemetry
+
+            def do_PUT(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                server.uploads[self.path.rsplit("/", 1)[-1]] = body
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.slow
+def test_wandb_sync_uploads_a_hooks_run_to_a_loopback_server(tmp_path):
+    """W&B's own ``wandb sync`` replays the file to a W&B server (a fake one on 127.0.0.1): the run
+    is created with its name, every step's history line and the summary are uploaded, the run ends
+    with exit code 0."""
+    from dashboard_readers import read_visualdl
+    from test_visualdl import train
+
+    with amp.VisualDLHook(str(tmp_path / "runs"), report_to=["visualdl", "wandb"], run_name="exp",
+                          flush_every=4) as hook:
+        train(hook, steps=10)
+    (run_dir,) = (tmp_path / "runs" / "exp" / "wandb").glob("offline-run-*")
+    server = _FakeWandbServer()
+    try:
+        env = dict(os.environ, WANDB_BASE_URL=server.url, WANDB_API_KEY="a" * 40)
+        env.pop("WANDB_MODE"), env.pop("WANDB_SILENT")  # sync prints its progress
+        proc = subprocess.run([sys.executable, "-m", "wandb", "sync", str(run_dir)], capture_output=True, text=True,
+                              timeout=180, env=env)
+    finally:
+        server.close()
+    assert proc.returncode == 0 and "Finished syncing" in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    assert server.queries[0] == "UpsertBucket" and "CreateRunFiles" in server.queries
+    visualdl = read_visualdl(hook.logdir)
+    assert [line["_step"] for line in server.history] == list(range(10))
+    by_step = {line["_step"]: line for line in server.history}
+    for name, series in visualdl.items():  # a step without a value (the grad norm of a skipped step) has none
+        assert str([(s, float(np.float32(by_step[s][name]))) for s, _ in series]) == str(series), name
+        assert sum(name in line for line in server.history) == len(series), name
+    summary = json.loads(server.uploads["wandb-summary.json"])
+    assert summary["_step"] == 9 and summary[SCALE] == visualdl[SCALE][-1][1]
+    assert [u.get("exitcode") for u in server.stream if u.get("complete")] == [0]
+    assert (run_dir / f"{next(run_dir.glob('run-*.wandb')).name}.synced").exists()
