@@ -342,3 +342,36 @@ def test_wandb_sync_uploads_a_hooks_run_to_a_loopback_server(tmp_path):
     assert summary["_step"] == 9 and summary[SCALE] == visualdl[SCALE][-1][1]
     assert [u.get("exitcode") for u in server.stream if u.get("complete")] == [0]
     assert (run_dir / f"{next(run_dir.glob('run-*.wandb')).name}.synced").exists()
+
+
+ONLINE_SCRIPT = textwrap.dedent('''
+    import sys
+    import paddle
+    import paddle_amp_ext as amp
+    from paddle_amp_ext.events import StepEvent, StepResult
+    hook = amp.VisualDLHook(sys.argv[1], report_to=["visualdl", "wandb"], run_name="exp", flush_every=3)
+    for step in range(7):
+        hook.on_step(StepEvent(step, paddle.to_tensor(float(step)), StepResult(False, 8.0), 0.1, 8.0))
+    hook.close()
+''')
+
+
+@pytest.mark.slow
+def test_wandb_mode_online_uploads_live_through_wandbs_own_run(tmp_path):
+    """WANDB_MODE=online: W&B's own run uploads each step as the flusher logs it (to a stand-in W&B
+    server on 127.0.0.1), and no offline file of this package's is written."""
+    script = tmp_path / "train.py"
+    script.write_text(ONLINE_SCRIPT)
+    server = _FakeWandbServer()
+    try:
+        env = dict(os.environ, WANDB_MODE="online", WANDB_BASE_URL=server.url, WANDB_API_KEY="a" * 40,
+                   PYTHONPATH=os.pathsep.join([os.getcwd()] + sys.path))
+        proc = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True,
+                              timeout=300, env=env)
+    finally:
+        server.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert server.queries[0] == "UpsertBucket"
+    assert [(line["_step"], line[LOSS]) for line in server.history] == [(s, s) for s in range(7)]
+    assert [u.get("exitcode") for u in server.stream if u.get("complete")] == [0]
+    assert not list((tmp_path / "runs").rglob("offline-run-*"))
