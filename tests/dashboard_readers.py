@@ -131,6 +131,7 @@ def wandb_inspect(path: str) -> list:
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", path], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, WANDB_MODE="offline"))
+                          text=True, timeout=120, env=dict(os.environ, WANDB_MODE="offline"),
+                          cwd=os.path.dirname(os.path.abspath(path)))  # W&B's CLI logs into ./wandb
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]

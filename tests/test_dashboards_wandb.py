@@ -108,7 +108,7 @@ def real_wandb_run(tmp_path, steps) -> str:
     script.write_text(REAL_RUN)
     (tmp_path / "steps.json").write_text(json.dumps(steps))
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "real"), str(tmp_path / "steps.json")],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     wandb_records(str(tmp_path / "real"), wait=30)  # its service process writes the end after finish()
     (path,) = (tmp_path / "real").rglob("run-*.wandb")
@@ -202,13 +202,13 @@ def test_wandbs_own_reader_and_sync_take_a_hooks_run_offline(tmp_path):
     # rehearsal's kernel cache and test_visualdl's import of VisualDL (for train())
     assert not (tmp_path / "wandb-cache").exists(), "no W&B service process ran"
     proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(path)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert (summary["state"], summary["step"], summary["name"], summary["exit_code"]) == ("finished", 9, "exp", 0)
     assert summary["summary"][SCALE] == reported[-1][2]
     proc = subprocess.run([sys.executable, "-m", "wandb", "sync", "--dry-run", str(path.parent)], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0 and "Would sync 1 run(s)" in proc.stderr + proc.stdout, proc.stderr[-3000:]
     data = read_wandb(str(tmp_path / "runs"))
     assert [v for _, v in data[SCALE]] == [r[2] for r in reported]
@@ -327,7 +327,7 @@ def test_wandb_sync_uploads_a_hooks_run_to_a_loopback_server(tmp_path):
         env = dict(os.environ, WANDB_BASE_URL=server.url, WANDB_API_KEY="a" * 40)
         env.pop("WANDB_MODE"), env.pop("WANDB_SILENT")  # sync prints its progress
         proc = subprocess.run([sys.executable, "-m", "wandb", "sync", str(run_dir)], capture_output=True, text=True,
-                              timeout=180, env=env)
+                              timeout=180, env=env, cwd=tmp_path)  # it writes wandb/logs/debug-sync.* in its cwd
     finally:
         server.close()
     assert proc.returncode == 0 and "Finished syncing" in proc.stderr + proc.stdout, proc.stderr[-3000:]
@@ -367,7 +367,7 @@ def test_wandb_mode_online_uploads_live_through_wandbs_own_run(tmp_path):
         env = dict(os.environ, WANDB_MODE="online", WANDB_BASE_URL=server.url, WANDB_API_KEY="a" * 40,
                    PYTHONPATH=os.pathsep.join([os.getcwd()] + sys.path))
         proc = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True,
-                              timeout=300, env=env)
+                              timeout=300, env=env, cwd=tmp_path)
     finally:
         server.close()
     assert proc.returncode == 0, proc.stderr[-3000:]
