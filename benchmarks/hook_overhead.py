@@ -1,14 +1,15 @@
 """Step time with the hook logging every step to each dashboard / without it (small MLP on CPU, same run).
 
 One line per backend (``--report-to``, default every one installed): VisualDL, TensorBoard,
-SwanLab (offline) and W&B (offline), each against the bare step measured back to back. Also
+SwanLab (offline) and W&B (its offline run file, written by the package; ``WANDB_MODE=online``
+would measure W&B's own ``log()``, and upload), each against the bare step measured back to back. Also
 prints, for comparison, the Paddle image guide's way (``loss.item()`` and two VisualDL
 ``LogWriter.add_scalar`` calls a step) and tensorboardX's ``SummaryWriter.add_scalar`` for the
 same six values (with ``.item()``).
 
-Flushes (one device read and one write or one ``log`` per step per ``flush_every`` steps, or
-the background flusher's every ``flush_secs``) are inside the timing. SwanLab and W&B are run
-offline with telemetry off, their files in a temporary directory.
+Flushes (one device read and one write, or one SwanLab ``log`` per step, per ``flush_every``
+steps, or the background flusher's every ``flush_secs``) are inside the timing. SwanLab is run
+offline with telemetry off; every file goes to a temporary directory.
 
     python benchmarks/hook_overhead.py                      # goal: ratio <= 1.02 per backend
     python benchmarks/hook_overhead.py --report-to tensorboard

@@ -51,9 +51,13 @@ def read_swanlab(logdir: str) -> dict:
 
 
 def _leveldb_records(path: str):
-    """The records of a W&B transaction log: a 7-byte header, then LevelDB log blocks of 32 KiB."""
+    """The records of a W&B transaction log file (see :func:`leveldb_payloads`)."""
     with open(path, "rb") as f:
-        data = f.read()
+        return list(leveldb_payloads(f.read()))
+
+
+def leveldb_payloads(data: bytes):
+    """The records of a W&B transaction log: a 7-byte header, then LevelDB log blocks of 32 KiB."""
     assert data[:4] == b":W&B", data[:7]
     pos, block, pending = 7, 32768, b""
     while pos + 7 <= len(data):
@@ -71,35 +75,63 @@ def _leveldb_records(path: str):
             pending = b""
 
 
-def read_wandb(logdir: str, timeout: float = 30.0) -> dict:
-    """W&B's offline transaction log, parsed with W&B's own record definitions (``wandb_internal_pb2``).
+def wandb_records(logdir: str, wait: float = 0.0) -> list:
+    """Every record of the one W&B offline run under ``logdir``, parsed with W&B's own record
+    definitions (``wandb_internal_pb2.Record``).
 
-    ``run.finish()`` returns before W&B's service process has written the end of the log (measured
-    with wandb 0.31.0): wait for its last record, ``exit``, up to ``timeout`` seconds.
+    W&B's own run (``WANDB_MODE=online``...): ``run.finish()`` returns before W&B's service process
+    has written the end of the log (measured with wandb 0.31.0): ``wait`` up to that many seconds
+    for its last record, ``exit``. The file this package writes is complete when the hook closes.
     """
-    import json
     import time
 
     from wandb.proto.wandb_internal_pb2 import Record
 
     path = _one(os.path.join(logdir, "**", "offline-run-*", "run-*.wandb"))
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + wait
     while True:
         records = []
         for data in _leveldb_records(path):
             record = Record()
             record.ParseFromString(data)
             records.append(record)
-        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
-            break
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() >= deadline:
+            return records
         time.sleep(0.1)
+
+
+def history_items(record) -> dict:
+    """A history (or summary) record's items as {key: value}."""
+    import json
+
+    items = record.history.item if record.WhichOneof("record_type") == "history" else record.summary.update
+    return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
+
+
+def read_wandb(logdir: str, wait: float = 0.0) -> dict:
+    """W&B's offline run: {tag: [(step, value), ...]} from its history records (see :func:`wandb_records`)."""
     out: dict = {}
-    for record in records:
+    for record in wandb_records(logdir, wait):
         if record.WhichOneof("record_type") != "history":
             continue
-        items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+        items = history_items(record)
         step = items.pop("_step")
+        assert step == record.history.step.num, (step, record)
         for tag, value in items.items():
             if not tag.startswith("_"):
-                out.setdefault(tag, []).append((step, float(value) if not isinstance(value, str) else float(value)))
+                out.setdefault(tag, []).append((step, float(value)))
     return out
+
+
+def wandb_inspect(path: str) -> list:
+    """W&B's own reader (``wandb leet inspect --json``, wandb-core's reader of the transaction log,
+    offline): one dict per record."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", path], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, WANDB_MODE="offline"),
+                          cwd=os.path.dirname(os.path.abspath(path)))  # W&B's CLI logs into ./wandb
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]

@@ -12,11 +12,12 @@ from dashboard_readers import read_swanlab, read_tensorboard, read_wandb
 
 from paddle_amp_ext.dashboards import metrics
 from paddle_amp_ext.dashboards import tensorboard as tb
-from paddle_amp_ext.dashboards.library import JsonStepEncoder
+from paddle_amp_ext.dashboards.library import StepValues
 
-STEPS = [(0, 1_700_000_000_000, [("amp/loss", 0.5), ("amp/loss_scale", 65536.0)]),
-         (1, 1_700_000_000_250, [("amp/loss", math.inf), ("amp/loss_scale", 32768.0)]),
-         (2, 1_700_000_000_500, [("amp/loss", 0.25), ("amp/loss_scale", 1e39)])]  # beyond float32: inf in 32-bit formats
+LOSS, SCALE = metrics.LOSS.name, metrics.LOSS_SCALE.name
+STEPS = [(0, 1_700_000_000_000, [(LOSS, 0.5), (SCALE, 65536.0)]),
+         (1, 1_700_000_000_250, [(LOSS, math.inf), (SCALE, 32768.0)]),
+         (2, 1_700_000_000_500, [(LOSS, 0.25), (SCALE, 1e39)])]  # beyond float32: inf in 32-bit formats
 
 
 def test_registry_names_are_unique_grouped_and_in_dashboard_order():
@@ -36,7 +37,7 @@ def test_event_file_is_byte_identical_to_tensorboards_own_writer():
     buf = io.BytesIO()
     writer = RecordWriter(buf)
     writer.write(event_pb2.Event(wall_time=1_700_000_000.125, file_version="brain.Event:2").SerializeToString())
-    values = [("amp/loss", 0.5), ("amp/lr", 0.0), ("amp/loss_scale", -2.0)]
+    values = [(LOSS, 0.5), (metrics.LR.name, 0.0), (SCALE, -2.0)]
     for step in (0, 1, 300, 2**40, -2):
         summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=t, simple_value=v) for t, v in values])
         writer.write(event_pb2.Event(wall_time=1_700_000_000.5, step=step, summary=summary).SerializeToString())
@@ -57,19 +58,19 @@ def test_event_file_read_by_tensorboards_event_accumulator(tmp_path):
     encoder = tb.EventEncoder()
     (tmp_path / tb.file_name()).write_bytes(tb.header(1_700_000_000_000) + b"".join(encoder.step(*s) for s in STEPS))
     data = read_tensorboard(str(tmp_path))
-    assert data == {"amp/loss": [(0, 0.5), (1, math.inf), (2, 0.25)],
-                    "amp/loss_scale": [(0, 65536.0), (1, 32768.0), (2, math.inf)]}
+    assert data == {LOSS: [(0, 0.5), (1, math.inf), (2, 0.25)],
+                    SCALE: [(0, 65536.0), (1, 32768.0), (2, math.inf)]}
 
 
 def _through(run_class, tmp_path):
     run = run_class(str(tmp_path), "unit")
-    encoder = JsonStepEncoder()
-    run.write_bytes(b"".join(encoder.step(*s) for s in STEPS[:2]))
-    run.write_bytes(encoder.step(*STEPS[2]))
+    encoder = StepValues()
+    run.write([encoder.step(*s) for s in STEPS[:2]])
+    run.write([encoder.step(*STEPS[2])])
     run.close()
     run.close()  # idempotent
     with pytest.raises(OSError, match="is finished"):
-        run.write_bytes(encoder.step(*STEPS[0]))
+        run.write([encoder.step(*STEPS[0])])
 
 
 @pytest.mark.slow
@@ -80,19 +81,20 @@ def test_swanlab_offline_run_read_back_with_swanlab(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     _through(SwanLabRun, tmp_path / "logs")
     data = read_swanlab(str(tmp_path / "logs"))
-    assert data["amp/loss"] == [(0, 0.5), (1, math.inf), (2, 0.25)]
-    assert data["amp/loss_scale"] == [(0, 65536.0), (1, 32768.0), (2, 1e39)]  # JSON keeps the float64
+    assert data[LOSS] == [(0, 0.5), (1, math.inf), (2, 0.25)]
+    assert data[SCALE] == [(0, 65536.0), (1, 32768.0), (2, 1e39)]  # float64 kept
     assert not os.path.exists(tmp_path / "home"), "SwanLab wrote outside the logdir"
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_read_back_with_wandb(tmp_path, monkeypatch):
+def test_wandbs_own_run_read_back_with_wandb(tmp_path, monkeypatch):
+    """The library's run (what WANDB_MODE=online uses), here in W&B's offline mode: nothing is sent."""
     pytest.importorskip("wandb")
     from paddle_amp_ext.dashboards.wandb_run import WandbRun
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("WANDB_MODE", "offline")
     _through(WandbRun, tmp_path / "logs")
-    data = read_wandb(str(tmp_path / "logs"))
-    assert data["amp/loss"] == [(0, 0.5), (1, math.inf), (2, 0.25)]
-    assert data["amp/loss_scale"] == [(0, 65536.0), (1, 32768.0), (2, 1e39)]
+    data = read_wandb(str(tmp_path / "logs"), wait=30)
+    assert data[LOSS] == [(0, 0.5), (1, math.inf), (2, 0.25)]
+    assert data[SCALE] == [(0, 65536.0), (1, 32768.0), (2, 1e39)]

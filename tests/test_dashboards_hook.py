@@ -15,7 +15,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from dashboard_readers import read_swanlab, read_tensorboard, read_visualdl, read_wandb
+from dashboard_readers import read_swanlab, read_tensorboard, read_visualdl, read_wandb, wandb_records
 from helpers import serving
 from test_visualdl import _free_port, _get, hapi_fit, train
 
@@ -65,7 +65,8 @@ def test_each_backend_records_what_visualdl_records_step_for_step(tmp_path, back
         assert as_float32(other[name]) == visualdl[name], name  # SwanLab and W&B keep float64: compared as float32
     outside = [str(p.relative_to(tmp_path / "home")) for p in (tmp_path / "home").rglob("*") if p.is_file()]
     assert [p for p in outside if not p.startswith(".cache/paddle_amp_ext/")] == []  # the rehearsal's kernel cache
-
+    if backend == "wandb":
+        assert not (tmp_path / "wandb-cache").exists(), "W&B's service process ran"
 
 @pytest.mark.slow
 def test_every_backend_at_once_one_run_directory(tmp_path):
@@ -136,13 +137,14 @@ KILL_SCRIPT = textwrap.dedent('''
 @pytest.mark.parametrize("backend, how, status", [("tensorboard", "kill", -signal.SIGKILL),
                                                   ("tensorboard", "term", -signal.SIGTERM),
                                                   ("swanlab", "term", -signal.SIGTERM),
+                                                  ("wandb", "kill", -signal.SIGKILL),
                                                   ("wandb", "term", -signal.SIGTERM),
                                                   ("tensorboard", "exit", 0), ("swanlab", "exit", 0),
                                                   ("wandb", "exit", 0)])
 def test_the_finished_steps_of_a_killed_job_are_kept(tmp_path, backend, how, status):
-    """TensorBoard: the background flusher wrote every step (a SIGKILL loses none of them); SwanLab
-    and W&B: SIGTERM finishes their run, so what they buffered reaches the disk (whole steps,
-    the device values with the host ones); a plain exit right after the last step flushes all."""
+    """TensorBoard and W&B: the background flusher wrote every step (a SIGKILL loses none of them);
+    SwanLab: SIGTERM finishes its run, so what it buffered reaches the disk (whole steps, the
+    device values with the host ones); a plain exit right after the last step flushes all."""
     _needs(backend)
     script = tmp_path / "train.py"
     script.write_text(KILL_SCRIPT)
@@ -153,6 +155,9 @@ def test_the_finished_steps_of_a_killed_job_are_kept(tmp_path, backend, how, sta
     data = READERS[backend](str(tmp_path / "run"))
     assert data[metrics.LOSS.name] == [(s, float(s)) for s in range(7)]
     assert data[metrics.LOSS_SCALE.name] == [(s, 8.0) for s in range(7)]
+    if backend == "wandb":  # a run that ended without close() has no exit record: W&B syncs it as failed
+        kinds = [r.WhichOneof("record_type") for r in wandb_records(str(tmp_path / "run"))]
+        assert kinds[-1] == ("exit" if how == "exit" else "summary"), kinds
 
 
 def test_run_report_to_writes_tensorboard_records(tmp_path):

@@ -4,7 +4,11 @@ writes them: read back from the Trainer's VisualDL records, equal to the hook's 
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import pytest
+from dashboard_readers import read_wandb
 from helpers import run_trainer_check
 
 from paddle_amp_ext.dashboards import metrics
@@ -41,3 +45,15 @@ def test_the_trainers_own_records_equal_the_hooks_at_the_same_step(trainer_logs)
         assert [step for step, _ in series] == [2, 4, 6]
         by_step = dict((step + 1, value) for step, value in hook[metric.name])  # the Trainer's step is 1-based
         assert [value for _, value in series] == [by_step[step] for step, _ in series], metric.name
+
+
+def test_the_hooks_wandb_run_equals_its_visualdl_records(trainer_logs):
+    """AmpCallback(report_to=["visualdl", "wandb"]) in the toolkit's venv (no W&B installed there: the
+    offline run file is written without it), read here with W&B's own record definitions."""
+    pytest.importorskip("wandb")
+    (path,) = trainer_logs["hook_wandb"]
+    wandb = read_wandb(os.path.dirname(os.path.dirname(os.path.dirname(path))))  # the hook's run directory
+    hook = trainer_logs["hook_records"]
+    assert set(wandb) == set(hook) and len(hook[metrics.LOSS_SCALE.name]) == 6
+    for name, series in hook.items():
+        assert str([[step, float(np.float32(value))] for step, value in wandb[name]]) == str(series), name  # NaN too

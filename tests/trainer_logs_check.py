@@ -5,7 +5,9 @@ callbacks (VisualDL here) write them.
 Run by tests/test_dashboards_trainers.py in the toolkit's venv:
     python tests/trainer_logs_check.py OUTDIR
 Prints one JSON line: the logs the Trainer's callbacks saw, the Trainer's own VisualDL records
-(``train/...``) and the AmpCallback hook's records (``amp/...``).
+(``train/...``) and the AmpCallback hook's records (``amp/...``; the hook reports to VisualDL and
+W&B, whose offline run file is written without W&B installed: its path is printed for the test
+to read with W&B's record definitions).
 """
 
 import glob
@@ -75,7 +77,7 @@ with paddle.utils.unique_name.guard():
         save_steps=1000, logging_dir=logging_dir, report_to=["visualdl"], seed=0, disable_tqdm=True,
         dataloader_drop_last=True, device="cpu", **extra)
     seen = SeenLogs()
-    callback = AmpCallback(flush_secs=float("inf"))
+    callback = AmpCallback(flush_secs=float("inf"), report_to=["visualdl", "wandb"])
     trainer = trainer_module.Trainer(model=model, args=args, train_dataset=data,
                                      callbacks=[Poison(model, (3,)), callback])
     trainer.callback_handler.callbacks.insert(0, seen)  # first of all: sees what every reporting callback sees
@@ -85,4 +87,6 @@ with paddle.utils.unique_name.guard():
     own = [f for f in glob.glob(os.path.join(logging_dir, "*vdlrecords.*")) if os.path.dirname(f) == logging_dir]
     print(json.dumps({"toolkit": TOOLKIT, "seen": seen.logs, "trainer_records": read(own[0]),
                       "hook_records": read(ours),
+                      "hook_wandb": glob.glob(os.path.join(os.path.dirname(ours), "wandb", "offline-run-*",
+                                                           "run-*.wandb")),
                       "order": [type(c).__name__ for c in trainer.callback_handler.callbacks]}))

@@ -3,8 +3,9 @@
 :mod:`.metrics` is the one list of metrics (name, meaning, unit, when written; the FP8
 family's tags from :func:`.metrics.fp8_tag`); :mod:`.backends`
 the dashboards (``"visualdl"``, ``"tensorboard"``, ``"swanlab"``, ``"wandb"``). Each library is
-imported only by its own writer (:mod:`.tensorboard` needs none, :mod:`.swanlab_run`,
-:mod:`.wandb_run`). The Dashboards page of the documentation says what holds per backend.
+imported only by its own writer (:mod:`.tensorboard` and :mod:`.wandb_file`, W&B's offline run,
+need none; :mod:`.swanlab_run`, and :mod:`.wandb_run` for ``WANDB_MODE=online``). The Dashboards
+page of the documentation says what holds per backend.
 """
 
 from __future__ import annotations

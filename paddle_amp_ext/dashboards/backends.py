@@ -3,15 +3,20 @@
 ``report_to`` is a name or a list of names (a comma-separated string too, as ``run --report-to``
 takes it): ``"visualdl"`` (the default), ``"tensorboard"``, ``"swanlab"``, ``"wandb"``. Each
 backend's library is an optional extra, located here (never imported) so a missing one is named
-before a run starts.
+before a run starts. TensorBoard's event file and W&B's offline run are written without theirs
+(needed to view or upload them); W&B's own library is needed when ``WANDB_MODE`` asks for
+another mode (online: it uploads live).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
+
+from . import wandb_file
 
 
 @dataclass(frozen=True)
@@ -20,7 +25,8 @@ class Backend:
 
     Args:
         name: the ``report_to`` name.
-        module: the library that must be installed to write (None: written without one).
+        module: the library that must be installed to write (None: written without one; W&B's is
+            needed in a mode other than offline, see :func:`require`).
         extra: the ``pip install 'paddle-amp-ext[EXTRA]'`` that installs it.
         local: the records are a file this package writes itself (the ``flush_secs`` bound holds
             to the operating system); False: the steps are handed to the library within the
@@ -37,7 +43,7 @@ BACKENDS: Tuple[Backend, ...] = (
     Backend("visualdl", "visualdl", "visualdl", local=True),
     Backend("tensorboard", None, "tensorboard", local=True),  # the event file needs no library to be written
     Backend("swanlab", "swanlab", "swanlab", local=False),
-    Backend("wandb", "wandb", "wandb", local=False),
+    Backend("wandb", None, "wandb", local=True),  # the offline run file too (WANDB_MODE=online: W&B's own run)
 )
 
 #: Every ``report_to`` name.
@@ -111,12 +117,18 @@ def require(name: str) -> None:
     """Raise ImportError naming the extra when backend ``name``'s library is not installed
     (located, not imported: importing VisualDL writes ``~/.visualdl``, W&B starts nothing yet)."""
     spec = backend(name)
-    if spec.module is None:
+    module = spec.module
+    if name == "wandb" and not wandb_file.wants_own_file():
+        module = "wandb"  # WANDB_MODE=online (or shared, disabled): W&B's own run
+    if module is None:
         return
     try:
-        found = importlib.util.find_spec(spec.module) is not None
+        found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         found = False
     if not found:
-        what = "VisualDL hooks need VisualDL" if name == "visualdl" else f"report_to={name!r} needs {spec.module}"
+        what = "VisualDL hooks need VisualDL" if name == "visualdl" else f"report_to={name!r} needs {module}"
+        if name == "wandb":
+            what += (f" with WANDB_MODE={os.environ.get('WANDB_MODE')!r} (unset it for the offline run, written "
+                     "without it)")
         raise ImportError(f"{what}: pip install 'paddle-amp-ext[{spec.extra}]'")

@@ -2,26 +2,45 @@
 
 The writer batches the steps, reads their device values in one transfer and hands them on
 within ``flush_secs``, exactly as for a record file; here the "file" is the library's run: each
-step is encoded as one JSON line (``[step, walltime_ms, {tag: value}]``, NaN and inf kept) and
-:meth:`LibraryRun.write_bytes` gives every line to the library's ``log``. What the library then
-does with it (its own buffer, its own thread or process, when it reaches the disk) is the
-library's: the Dashboards page says what holds per backend.
+step is "encoded" as a :class:`LoggedStep` (its number and ``{tag: value}``, NaN and inf kept)
+and :meth:`LibraryRun.write` gives each to the library's ``log``. What the library then does
+with it (its own buffer, its own thread or process, when it reaches the disk) is the library's:
+the Dashboards page says what holds per backend.
 """
 
 from __future__ import annotations
 
-import json
+import numbers
 import os
 from typing import Any, Dict, List, Tuple
 
 from .._log import logger, warn_once
 
 
-class JsonStepEncoder:
-    """A step as one JSON line: what :meth:`LibraryRun.write_bytes` reads back."""
+class LoggedStep:
+    """A step as a library's ``log`` takes it: the step and ``{tag: value}``."""
 
-    def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> bytes:
-        return (json.dumps([step, walltime_ms, dict(values)]) + "\n").encode("utf-8")
+    __slots__ = ("step", "values")
+
+    def __init__(self, step: int, values: Dict[str, float]) -> None:
+        self.step, self.values = step, values
+
+    def __repr__(self) -> str:
+        return f"LoggedStep({self.step!r}, {self.values!r})"
+
+
+class StepValues:
+    """The encoder of a library's run: a step as a :class:`LoggedStep` (what :meth:`LibraryRun.write` takes).
+
+    Raises (from ``step``) TypeError for a value that is no real number, as the file encoders do.
+    """
+
+    def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> LoggedStep:
+        for tag, value in values:
+            if value.__class__ is not float and not isinstance(value, numbers.Real):
+                raise TypeError(f"A recorded value must be a real number. Received: {value!r} "
+                                f"(of type {type(value).__name__}) for {tag!r}")
+        return LoggedStep(step, dict(values))
 
 
 class LibraryRun:
@@ -55,12 +74,12 @@ class LibraryRun:
     def _finish(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def write_bytes(self, data: bytes) -> None:
-        """Give each encoded step to the library (``data``: lines of :class:`JsonStepEncoder`)."""
+    def write(self, steps: List[LoggedStep]) -> None:
+        """Give each step (made by :class:`StepValues`) to the library's ``log``."""
         if self._run is None:
             raise OSError(f"the {self.library} run in {self.dir} is finished")
-        for line in data.splitlines():
-            step, _, values = json.loads(line)
+        for logged in steps:
+            step, values = logged.step, logged.values
             if step < 0:
                 warn_once(f"dashboards:negative:{id(self)}", "%s does not take a negative step (%d): such steps are "
                           "not sent to it (they are in the VisualDL and TensorBoard records).", self.library, step)
@@ -95,8 +114,3 @@ class LibraryRun:
             logger.warning("%s could not finish its run in %s: %r", self.library, self.dir, exc)
         finally:
             self._run = None
-
-
-def environ_flag(name: str, default: str) -> str:
-    """``os.environ[name]`` or ``default`` (the user's own setting wins)."""
-    return os.environ.get(name) or default

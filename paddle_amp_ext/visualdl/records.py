@@ -210,6 +210,10 @@ class RecordFile:
         self._open_new()
         return old
 
+    def write(self, chunks: List[bytes]) -> None:
+        """Append the encoded steps ``chunks`` in one ``write`` (see :meth:`write_bytes`)."""
+        self.write_bytes(b"".join(chunks))
+
     def write_bytes(self, data: bytes) -> None:
         """Append ``data`` whole, or raise with the file as it was before (also when a signal
         handler raises in the middle)."""

@@ -3,11 +3,15 @@
 - ``visualdl``: VisualDL's record file (:class:`.records.RecordFile`, :class:`.records.ScalarEncoder`);
 - ``tensorboard``: TensorBoard's event file, the same :class:`.records.RecordFile` with
   :data:`paddle_amp_ext.dashboards.tensorboard.FORMAT`;
-- ``swanlab``, ``wandb``: the library's offline run in the run directory, created here without
-  following links (the library writes below it), the steps handed on as JSON lines
+- ``wandb``: W&B's offline run file (:class:`WandbFile`, records from
+  :mod:`paddle_amp_ext.dashboards.wandb_file`), written the same way; with ``WANDB_MODE=online``
+  (or another mode but offline) W&B's own run;
+- ``swanlab`` (and W&B's own run): the library's run in the run directory, created here without
+  following links (the library writes below it), the steps handed on as values
   (:mod:`paddle_amp_ext.dashboards.library`).
 
-Each library is imported only when its backend is opened.
+Each library is imported only when its backend is opened. Whether it is installed was asked
+before (:func:`paddle_amp_ext.dashboards.backends.require`, by the hook, before any directory).
 """
 
 from __future__ import annotations
@@ -15,13 +19,51 @@ from __future__ import annotations
 import os
 from typing import Any, List, Tuple
 
-from ..dashboards import backends
 from ..dashboards import tensorboard as tb
-from ..dashboards.library import JsonStepEncoder
+from ..dashboards import wandb_file
+from ..dashboards._wire import FileFormat
+from ..dashboards.library import StepValues
 from .records import RecordFile, ScalarEncoder, open_run_dir
 
 #: the entries a backend leaves in a run directory: a directory holding one is taken
 MARKERS = ("vdlrecords.", tb.PREFIX, "wandb", "run-")
+
+
+class WandbFile(RecordFile):
+    """W&B's offline run file (``RUN/wandb/offline-run-*/run-<id>.wandb``, an empty ``files/`` beside
+    it), created and written as a record file: one ``write`` per flush, cut back to its last whole
+    record after a failed write, re-created (same run) when removed. The records are numbered and
+    framed at the write (:class:`~paddle_amp_ext.dashboards.wandb_file.Sequence`), so a failed
+    write changes nothing. ``close()`` in the process that opened it appends the run's end (its exit record).
+    """
+
+    #: each step is written once, whole (W&B keeps one history record per step)
+    whole_steps = True
+
+    def __init__(self, base: str, parts: List[str], info: wandb_file.RunInfo) -> None:
+        self.info = info
+        self._sequence = wandb_file.Sequence(info)
+        self._pid = os.getpid()
+        layout = FileFormat("run-", lambda suffix: info.file_name, lambda ms: wandb_file.header(info))
+        super().__init__(base, list(parts) + ["wandb", info.dir_name], "", layout)
+
+    def _open_new(self) -> None:
+        super()._open_new()
+        os.close(open_run_dir(self._base, self._parts + ["files"]))  # where `wandb sync` writes what it uploads
+
+    def write(self, chunks: List[wandb_file.HistoryStep]) -> None:
+        data, state = self._sequence.encode(chunks, self._good)
+        if data:
+            self.write_bytes(data)
+        self._sequence.commit(state)
+
+    def close(self) -> None:
+        if self._fd >= 0 and os.getpid() == self._pid and not self.removed():
+            try:
+                self.write_bytes(self._sequence.exit_records(self._good))
+            except OSError:
+                pass  # a run without its exit record is synced as failed: nothing worse
+        super().close()
 
 
 def open_target(name: str, base: str, parts: List[str], suffix: str) -> Tuple[Any, Any]:
@@ -31,30 +73,32 @@ def open_target(name: str, base: str, parts: List[str], suffix: str) -> Tuple[An
         name: a :data:`paddle_amp_ext.dashboards.backends.NAMES` name.
         base: the deepest existing directory of the logdir.
         parts: the directories below it (created without following links).
-        suffix: appended to a record file's name.
+        suffix: appended to a record file's name (not W&B's: its name is W&B's).
 
     Returns:
-        (target with ``write_bytes``/``removed``/``reopen``/``close``/``path``, encoder with ``step``).
+        (target with ``write``/``removed``/``reopen``/``close``/``path``, encoder with ``step``).
 
     Raises:
-        ImportError: the backend's library is not installed (naming the extra).
+        ImportError: the backend's library cannot be imported.
         OSError: the run directory cannot be created, or is a link.
     """
-    backends.require(name)
     if name == "visualdl":
         return RecordFile(base, parts, suffix), ScalarEncoder()
     if name == "tensorboard":
         return RecordFile(base, parts, suffix, tb.FORMAT), tb.EventEncoder()
+    run_name = parts[-1] if parts else os.path.basename(base)
+    if name == "wandb" and wandb_file.wants_own_file():
+        info = wandb_file.RunInfo(run_name)
+        return WandbFile(base, parts, info), wandb_file.HistoryEncoder(info)
     os.close(open_run_dir(base, parts))
     directory = os.path.join(base, *parts)
-    run_name = parts[-1] if parts else os.path.basename(base)
     if name == "swanlab":
         from ..dashboards.swanlab_run import SwanLabRun
 
-        return SwanLabRun(directory, run_name), JsonStepEncoder()
+        return SwanLabRun(directory, run_name), StepValues()
     from ..dashboards.wandb_run import WandbRun
 
-    return WandbRun(directory, run_name), JsonStepEncoder()
+    return WandbRun(directory, run_name), StepValues()
 
 
 def has_records(path: str) -> bool:

@@ -37,7 +37,13 @@ from .records import split_existing
 from .targets import open_target
 
 Row = Tuple[str, Any]  # (tag, host float or device tensor: a loss of N elements is recorded as its mean)
-Entry = Any  # a step (step, walltime ms, rows), or the bytes of steps whose write failed
+#: a queued step: a plain tuple (step, walltime ms, rows) until encoded; then what the target's encoder
+#: made of it (bytes, or a step object for W&B and the libraries), kept so when its write failed
+Entry = Any
+
+
+def _is_encoded(entry: Entry) -> bool:
+    return entry.__class__ is not tuple
 
 
 def check_flush_bounds(flush_every: Any, flush_secs: Any) -> None:
@@ -105,7 +111,7 @@ class BatchedWriter:
             raise OSError(exc.errno, f"VisualDL hook cannot write to logdir {self.logdir!r}: {exc.strerror or exc}. "
                           "Pass a writable directory.") from exc
         self._queue: List[Entry] = []  # oldest first; the training thread appends, a flush removes what it wrote
-        self._failed = 0  # leading entries of _queue that are bytes of failed writes
+        self._failed = 0  # leading entries of _queue that are the encoded steps of failed writes
         self._due = time.monotonic() + self.flush_secs
         self.last_write = flusher.clock()  # when the flusher last wrote (its own clock)
         self.dropped = 0  # steps given up on (backlog over its bound, or unwritten at close)
@@ -209,7 +215,7 @@ class BatchedWriter:
             self.closed = True
             shutdown.unregister(self)
             flusher.forget(self)
-        unwritten = sum(1 for entry in self._queue if not isinstance(entry, bytes)) + self._failed
+        unwritten = sum(1 for entry in self._queue if not _is_encoded(entry)) + self._failed
         self.dropped += unwritten
         self._queue, self._failed = [], 0
         if self.dropped:
@@ -246,9 +252,9 @@ class BatchedWriter:
                       "(%r): read one by one, NaN where a value cannot be read.", exc)
             chunks = self._encode_each(entries)
         try:
-            self._file.write_bytes(b"".join(chunks))
+            self._file.write(chunks)
         except OSError as exc:
-            self._queue[:count] = chunks  # one slice assignment: the steps are now their bytes
+            self._queue[:count] = chunks  # one slice assignment: the steps are now encoded
             excess = count - self.MAX_BACKLOG
             if excess > 0:
                 del self._queue[:excess]
@@ -268,26 +274,26 @@ class BatchedWriter:
             return
         count = len(self._queue)
         split = [(i, entry) for i, entry in enumerate(self._queue[:count])
-                 if not isinstance(entry, bytes) and any(_is_device(v) for _, v in entry[2])
+                 if not _is_encoded(entry) and any(_is_device(v) for _, v in entry[2])
                  and not all(_is_device(v) for _, v in entry[2])]
         if not split or not self._usable():
             return
-        data = b"".join(self._encoded([(step, wall, [row for row in rows if not _is_device(row[1])])
-                                       for _, (step, wall, rows) in split]))
+        chunks = self._encoded([(step, wall, [row for row in rows if not _is_device(row[1])])
+                                for _, (step, wall, rows) in split])
         try:
-            self._file.write_bytes(data)
+            self._file.write(chunks)
         except OSError:
             return  # the whole steps are written (or kept) by the flush that follows
         for i, (step, wall, rows) in split:
             self._queue[i] = (step, wall, [r for r in rows if _is_device(r[1])])
 
-    def _encode_stacked(self, entries: List[Entry]) -> List[bytes]:
-        """``entries`` as bytes, one device read in all (one stack per shape and dtype). The device
+    def _encode_stacked(self, entries: List[Entry]) -> List[Any]:
+        """``entries`` encoded, one device read in all (one stack per shape and dtype). The device
         values in the rows are replaced by host floats in place (idempotent: an interrupted
         encode leaves rows that encode the same)."""
         tensor, groups = paddle.Tensor, {}
         for entry in entries:
-            if entry.__class__ is bytes:
+            if _is_encoded(entry):
                 continue
             for j, row in enumerate(entry[2]):
                 value = row[1]
@@ -299,12 +305,12 @@ class BatchedWriter:
                 rows[j] = (rows[j][0], value)
         return self._encoded(entries)
 
-    def _encode_each(self, entries: List[Entry]) -> List[bytes]:
-        """``entries`` as bytes, each device value read on its own (the fallback when a batch
+    def _encode_each(self, entries: List[Entry]) -> List[Any]:
+        """``entries`` encoded, each device value read on its own (the fallback when a batch
         cannot be stacked), NaN for a value that cannot be read."""
         tensor = paddle.Tensor
         for entry in entries:
-            if entry.__class__ is bytes:
+            if _is_encoded(entry):
                 continue
             rows = entry[2]
             for j, (tag, value) in enumerate(rows):
@@ -315,12 +321,12 @@ class BatchedWriter:
                         rows[j] = (tag, math.nan)
         return self._encoded(entries)
 
-    def _encoded(self, entries: List[Entry]) -> List[bytes]:
+    def _encoded(self, entries: List[Entry]) -> List[Any]:
         encode = self._encoder.step
         try:
-            return [entry if entry.__class__ is bytes else encode(*entry) for entry in entries]
+            return [entry if entry.__class__ is not tuple else encode(*entry) for entry in entries]  # hot: inlined
         except TypeError as exc:  # a value that is no number (a StepEvent built by hand): NaN, never a stuck flush
             warn_once(f"visualdl:nan:{id(self)}", "VisualDL hook: %s; recorded as NaN.", exc)
-            return [entry if entry.__class__ is bytes else
+            return [entry if _is_encoded(entry) else
                     encode(entry[0], entry[1], [(tag, value if isinstance(value, numbers.Real) else math.nan)
                                                 for tag, value in entry[2]]) for entry in entries]

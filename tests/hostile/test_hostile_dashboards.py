@@ -3,7 +3,6 @@ metrics, values beyond float32, negative and huge steps, corrupt step lines, fin
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import struct
@@ -14,7 +13,7 @@ import paddle_amp_ext as amp
 from paddle_amp_ext.dashboards import backends, metrics
 from paddle_amp_ext.dashboards import tensorboard as tb
 from paddle_amp_ext.dashboards._wire import float32_bytes, varint
-from paddle_amp_ext.dashboards.library import JsonStepEncoder, LibraryRun
+from paddle_amp_ext.dashboards.library import LibraryRun, StepValues
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -66,11 +65,16 @@ def test_require_names_the_extra_of_a_missing_library(monkeypatch):
     import importlib.util
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ImportError, match=r"report_to='wandb' needs wandb: pip install 'paddle-amp-ext\[wandb\]'"):
+    monkeypatch.setenv("WANDB_MODE", "online")
+    with pytest.raises(ImportError, match=r"report_to='wandb' needs wandb with WANDB_MODE='online' \(unset it for the "
+                                          r"offline run, written without it\): pip install 'paddle-amp-ext\[wandb\]'"):
         backends.require("wandb")
     with pytest.raises(ImportError, match=r"VisualDL hooks need VisualDL: pip install 'paddle-amp-ext\[visualdl\]'"):
         backends.require("visualdl")
     backends.require("tensorboard")  # written without a library
+    for mode in ("offline", "dryrun", ""):
+        monkeypatch.setenv("WANDB_MODE", mode)
+        backends.require("wandb")  # W&B's offline run file too
 
 
 @pytest.mark.parametrize("name", ["visual_dl", "", "VISUALDL"])
@@ -111,7 +115,7 @@ def test_event_encoder_with_no_values_huge_and_negative_steps_and_unicode_tags()
     from tensorboard.compat.proto import event_pb2
 
     encoder = tb.EventEncoder()
-    for step, values in [(0, []), (2**62, [("amp/λ", 1.0)]), (-1, [("amp/loss", math.nan)])]:
+    for step, values in [(0, []), (2**62, [("amp/λ", 1.0)]), (-1, [(metrics.LOSS.name, math.nan)])]:
         record = encoder.step(step, 0, values)
         length = struct.unpack("<Q", record[:8])[0]
         event = event_pb2.Event.FromString(record[12:12 + length])
@@ -136,22 +140,24 @@ class _Recording(LibraryRun):
 
 def test_library_run_skips_negative_steps_keeps_nan_and_survives_a_failing_finish(tmp_path, caplog):
     run = _Recording(str(tmp_path), "r")
-    encoder = JsonStepEncoder()
-    run.write_bytes(encoder.step(-1, 0, [("amp/loss", 1.0)]) + encoder.step(3, 0, [("amp/loss", math.nan)]))
-    assert len(run.logged) == 1 and run.logged[0][0] == 3 and math.isnan(run.logged[0][1]["amp/loss"])
+    encoder = StepValues()
+    loss = metrics.LOSS.name
+    run.write([encoder.step(-1, 0, [(loss, 1.0)]), encoder.step(3, 0, [(loss, math.nan)])])
+    assert len(run.logged) == 1 and run.logged[0][0] == 3 and math.isnan(run.logged[0][1][loss])
     assert not run.removed()
     run.close()
     run.close()
     assert run.finished == 1 and "Recorder could not finish its run" in caplog.text
     with pytest.raises(OSError, match="the Recorder run in .* is finished"):
-        run.write_bytes(encoder.step(4, 0, []))
+        run.write([encoder.step(4, 0, [])])
 
 
-def test_library_run_refuses_a_corrupt_line(tmp_path):
-    run = _Recording(str(tmp_path), "r")
-    with pytest.raises(json.JSONDecodeError):
-        run.write_bytes(b"not json\n")
-    assert run.logged == []
+@pytest.mark.parametrize("value", ["1.0", None, [1.0], object()])
+def test_a_library_step_refuses_a_value_that_is_not_a_number(value):
+    with pytest.raises(TypeError, match=r"A recorded value must be a real number\. Received: .* for 'amp/loss'"):
+        StepValues().step(0, 0, [(metrics.LOSS.name, 1.0), (metrics.LOSS.name, value)])
+    logged = StepValues().step(2, 0, [(metrics.LOSS.name, True), (metrics.LR.name, 3)])  # bool and int are real
+    assert (logged.step, logged.values) == (2, {metrics.LOSS.name: True, metrics.LR.name: 3})
 
 
 @pytest.mark.parametrize("value", ["1.0", None, [1.0], object()])
@@ -223,7 +229,7 @@ def test_two_backends_read_each_device_value_once(tmp_path, monkeypatch):
     from dashboard_readers import read_tensorboard, read_visualdl
 
     assert read_tensorboard(hook.logdir) == read_visualdl(hook.logdir)
-    assert [v for _, v in read_visualdl(hook.logdir)["amp/loss"]] == [float(s) for s in range(8)]
+    assert [v for _, v in read_visualdl(hook.logdir)[metrics.LOSS.name]] == [float(s) for s in range(8)]
 
 
 def test_a_forked_child_never_finishes_the_parents_library_run(tmp_path):

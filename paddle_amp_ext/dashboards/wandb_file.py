@@ -1,0 +1,259 @@
+"""W&B's offline run file, written here without importing W&B (the way ``wandb-core`` writes it).
+
+An offline run is ``RUN/wandb/offline-run-<YYYYMMDD_HHMMSS>-<id>/run-<id>.wandb`` (beside an
+empty ``files/``, where ``wandb sync`` puts the summary and config it uploads): W&B's
+transaction log. Its format (``core/pkg/leveldb/record.go`` and
+``core/internal/transactionlog/`` in W&B's repository, read for wandb 0.31.0):
+
+- a 7-byte header, ``:W&B``, the magic 0xBEE1 (little-endian) and the store version 0;
+- LevelDB log blocks of 32 KiB: each record is one or more chunks, a chunk being its CRC-32 (the
+  IEEE one, over the chunk type and the data), its length (uint16), its type (1 full, 2 first,
+  3 middle, 4 last) and the data; a chunk header never straddles a block (fewer than 7 bytes left:
+  zeros), a record may;
+- each record a serialized ``wandb_internal_pb2.Record``: here the ``header`` (version info), the
+  ``run`` (id, project, name, host, start time), one ``history`` per step (the values with
+  ``_timestamp``, ``_runtime`` and ``_step``, as W&B's own ``log()`` makes it), one ``summary``
+  per flush (the latest value of each key), and at ``close()`` a ``summary`` of the run's time and
+  the ``exit``.
+
+The bytes of a record are those W&B's protobuf classes serialize for the same message (the tests
+compare them); W&B's reader (``wandb leet inspect``, the one ``wandb sync`` uses) reads the file.
+This module only encodes: :class:`paddle_amp_ext.visualdl.targets.WandbFile` writes.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import secrets
+import socket
+import string
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .._log import warn_once
+from ._wire import varint
+
+#: ``:W&B``, the magic 0xBEE1 little-endian, the store version 0
+MAGIC = b":W&B\xe1\xbe\x00"
+BLOCK = 32 * 1024
+_CHUNK_HEADER = 7
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+_INT64_MAX = (1 << 63) - 1
+#: the version info of the header record (what wandb 0.31.0's wandb-core writes as min_consumer)
+MIN_CONSUMER = "0.70.0"
+_ID_CHARS = string.ascii_lowercase + string.digits
+_PACK_CHUNK = struct.Struct("<IHB").pack
+_FULL_SEED = zlib.crc32(bytes((_FULL,)))
+_SHORT = [bytes((n,)) for n in range(128)]  # a varint below 128: one byte
+
+
+def _varint(value: int) -> bytes:
+    return _SHORT[value] if 0 <= value < 128 else varint(value)
+
+
+def frame(data: bytes, offset: int) -> bytes:
+    """``data`` as one record of W&B's log written at file ``offset``: its chunks, with the zeros
+    that end a block when fewer than 7 bytes are left in it (as ``leveldb.Writer`` does)."""
+    pos = offset % BLOCK
+    if pos + _CHUNK_HEADER + len(data) <= BLOCK:  # the usual case: one full chunk
+        return _PACK_CHUNK(zlib.crc32(data, _FULL_SEED), len(data), _FULL) + data
+    out = []
+    if pos + _CHUNK_HEADER > BLOCK:
+        out.append(b"\x00" * (BLOCK - pos))
+        pos = 0
+    start, first = 0, True
+    while True:
+        take = min(BLOCK - pos - _CHUNK_HEADER, len(data) - start)
+        chunk = data[start:start + take]
+        start += take
+        last = start == len(data)
+        kind = (_FULL if first else _LAST) if last else (_FIRST if first else _MIDDLE)
+        out.append(_PACK_CHUNK(zlib.crc32(chunk, zlib.crc32(bytes((kind,)))), take, kind) + chunk)
+        if last:
+            return b"".join(out)
+        pos, first = 0, False
+
+
+def _bytes_field(key: bytes, value: bytes) -> bytes:
+    return key + varint(len(value)) + value
+
+
+def _string(number: int, value: str) -> bytes:
+    """A protobuf string field (proto3: an empty one is left out)."""
+    return _bytes_field(varint(number << 3 | 2), value.encode("utf-8")) if value else b""
+
+
+def _message(number: int, body: bytes) -> bytes:
+    return _bytes_field(varint(number << 3 | 2), body)
+
+
+def _int(number: int, value: int) -> bytes:
+    return varint(number << 3) + varint(value) if value else b""
+
+
+def json_number(value: object) -> str:
+    """``value`` as W&B's ``value_json``: JSON with ``NaN``, ``Infinity``, ``-Infinity`` kept.
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+    """
+    if value.__class__ is not float:
+        if not isinstance(value, numbers.Real):
+            raise TypeError(f"A recorded value must be a real number. Received: {value!r} "
+                            f"(of type {type(value).__name__})")
+        try:
+            value = float(value)
+        except OverflowError:  # an int past float64's range
+            return "Infinity" if value > 0 else "-Infinity"
+    if value - value == 0:  # finite
+        return repr(value)
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
+def new_run_id() -> str:
+    """A run id as W&B makes one: 8 random base-36 characters."""
+    return "".join(secrets.choice(_ID_CHARS) for _ in range(8))
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the run record holds, fixed when the run opens."""
+
+    name: str
+    project: str = "paddle-amp-ext"
+    run_id: str = field(default_factory=new_run_id)
+    start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    host: str = field(default_factory=socket.gethostname)
+    producer: str = "paddle-amp-ext"
+
+    @property
+    def dir_name(self) -> str:
+        """``offline-run-<local start time>-<id>``, as W&B names an offline run's directory."""
+        return f"offline-run-{time.strftime('%Y%m%d_%H%M%S', time.localtime(self.start_ms / 1000))}-{self.run_id}"
+
+    @property
+    def file_name(self) -> str:
+        return f"run-{self.run_id}.wandb"
+
+
+def _info(run_id: str) -> bytes:
+    return _message(200, _string(1, run_id))  # _RecordInfo.stream_id, as wandb-core tags these records
+
+
+def header(info: RunInfo) -> bytes:
+    """The start of a new file: the magic, the header record (1) and the run record (2), framed."""
+    version = _message(1, _string(1, info.producer) + _string(2, MIN_CONSUMER))
+    head = _int(1, 1) + _message(21, version) + _info(info.run_id)
+    start = _int(1, info.start_ms // 1000) + _int(2, info.start_ms % 1000 * 1_000_000)
+    config = _message(1, _string(1, "_wandb") + _bytes_field(b"\x82\x01", b"{}"))  # update {"_wandb": {}}, as W&B's
+    run = (_string(1, info.run_id) + _string(3, info.project) + _message(4, config) + _string(8, info.name)
+           + _string(13, info.host) + _message(17, start))
+    record = _int(1, 2) + _message(17, run) + _info(info.run_id)
+    out = MAGIC + frame(head, len(MAGIC))
+    return out + frame(record, len(out))
+
+
+class HistoryStep:
+    """One step encoded: its number, its tags and their ``HistoryItem`` fields (numbered and framed
+    at write time, by :class:`Sequence`)."""
+
+    __slots__ = ("step", "tags", "items")
+
+    def __init__(self, step: int, tags: List[str], items: List[bytes]) -> None:
+        self.step, self.tags, self.items = step, tags, items
+
+
+class HistoryEncoder:
+    """A step as W&B's ``log()`` records it: the values, ``_timestamp`` (seconds), ``_runtime``
+    (seconds since the run's start) and ``_step``. Everything of an item but its value is computed
+    once per tag and length of the value."""
+
+    def __init__(self, info: RunInfo) -> None:
+        self._start = info.start_ms
+        self._prefixes: Dict[Tuple[str, int], bytes] = {}
+
+    def _prefix(self, tag: str, size: int) -> bytes:
+        """A HistoryItem (SummaryItem) up to its value's bytes: the item's field and length, its key
+        as ``nested_key`` (2, as wandb-core writes a flat key), and the key and length of
+        ``value_json`` (16)."""
+        body = _string(2, tag) + b"\x82\x01" + varint(size)
+        prefix = self._prefixes[(tag, size)] = b"\x0a" + varint(len(body) + size) + body
+        return prefix
+
+    def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> HistoryStep:
+        prefixes, number, items = self._prefixes, json_number, []
+        tags = [tag for tag, _ in values] + ["_timestamp", "_runtime", "_step"]
+        texts = [repr(value) if value.__class__ is float and value - value == 0 else number(value)  # finite: inline
+                 for _, value in values]
+        texts += [repr(walltime_ms / 1000), repr((walltime_ms - self._start) / 1000), str(int(step))]
+        for tag, text in zip(tags, texts):
+            raw = text.encode("ascii")
+            items.append((prefixes.get((tag, len(raw))) or self._prefix(tag, len(raw))) + raw)
+        return HistoryStep(step, tags, items)
+
+
+class Sequence:
+    """The records' numbers and the last step: what a write commits once it succeeded.
+
+    W&B keeps a step only if it is above the last one (its ``log()`` drops a negative, repeated or
+    earlier step, with a warning): so does :meth:`encode`, warned once.
+    """
+
+    def __init__(self, info: RunInfo) -> None:
+        self.info = info
+        self.num = 2  # the header and run records
+        self.last_step: Optional[int] = None
+
+    def encode(self, steps: List[HistoryStep], offset: int) -> Tuple[bytes, tuple]:
+        """``steps`` as framed records from file ``offset`` (history per step, then one summary);
+        returns the bytes and the state to :meth:`commit` once they are written."""
+        num, last, out, updated, kept = self.num, self.last_step, [], {}, []
+        for entry in steps:
+            step = entry.step
+            if step < 0 or step > _INT64_MAX or (last is not None and step <= last):
+                warn_once(f"wandb:step:{id(self)}", "W&B: step %d is not above the last step logged (%s) or not an "
+                          "int64 >= 0: not in the W&B run (W&B's log() drops it too; VisualDL and TensorBoard have "
+                          "it).", step, last)
+                continue
+            last, num = step, num + 1
+            history = b"".join(entry.items) + (_message(2, b"\x08" + varint(step)) if step
+                                               else b"\x12\x00")  # HistoryStep, even empty
+            record = b"\x08" + _varint(num) + b"\x12" + _varint(len(history)) + history
+            part = frame(record, offset)
+            out.append(part)
+            offset += len(part)
+            kept.append(entry)
+        for i, entry in enumerate(reversed(kept)):  # the summary: each key's latest item (one step, usually)
+            if not i or entry.tags != kept[-1].tags:
+                for tag, item in zip(entry.tags, entry.items):
+                    updated.setdefault(tag, item)
+        if updated:
+            num += 1
+            part = frame(_int(1, num) + _message(3, b"".join(updated.values())), offset)
+            out.append(part)
+        return b"".join(out), (num, last)
+
+    def commit(self, state: tuple) -> None:
+        self.num, self.last_step = state
+
+    def exit_records(self, offset: int, now_ms: Optional[int] = None, exit_code: int = 0) -> bytes:
+        """The run's end, as W&B's ``finish()`` writes it: a summary of ``_wandb.runtime`` (whole
+        seconds) and the exit record (W&B marks a run without one as failed when it syncs it)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        runtime = max(0, min((now_ms - self.info.start_ms) // 1000, (1 << 31) - 1))
+        item = _string(2, "_wandb") + _string(2, "runtime") + _bytes_field(b"\x82\x01", str(runtime).encode())
+        out = frame(_int(1, self.num + 1) + _message(3, _message(1, item)), offset)
+        body = _int(1, exit_code) + _int(2, runtime)
+        return out + frame(_int(1, self.num + 2) + _message(18, body) + _info(self.info.run_id), offset + len(out))
+
+
+def wants_own_file(environ: Optional[dict] = None) -> bool:
+    """True unless the user chose a W&B mode other than offline (``WANDB_MODE=online``, ``shared``,
+    ``disabled``): then W&B's own library runs (it uploads live), at its own cost."""
+    mode = (os.environ if environ is None else environ).get("WANDB_MODE", "").strip().lower()
+    return mode in ("", "offline", "dryrun")
+
