@@ -18,6 +18,7 @@ import paddle
 from tqdm import tqdm
 
 import paddle_amp_ext as amp
+from paddle_amp_ext.dashboards import backends
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=300)
@@ -120,4 +121,7 @@ if args.plot:
     os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
     fig.savefig(args.plot, dpi=100)
     print(f"  plot                {args.plot}")
-print("\nSee it live:  python -m paddle_amp_ext.visualdl_serve --logdir runs   (then open http://127.0.0.1:8040)")
+print("\nSee it:")
+for name in report_to:
+    print(f"  {name:<18}  {backends.view_command(name, args.logdir, hook.logdir)}")
+print("  (VisualDL: then open http://127.0.0.1:8040)")

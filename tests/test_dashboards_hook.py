@@ -81,6 +81,21 @@ def test_every_backend_at_once_one_run_directory(tmp_path):
     assert sorted(os.listdir(tmp_path / "runs")) == ["all"]
 
 
+def test_the_hook_logs_how_to_view_each_backend(tmp_path, caplog):
+    """The start line names each backend's viewer, W&B's with the directory `wandb leet` browses
+    and the offline run `wandb sync` uploads (both exist)."""
+    caplog.set_level("INFO", logger="paddle_amp_ext")
+    hook = amp.VisualDLHook(str(tmp_path / "runs"), report_to="tensorboard,wandb", run_name="exp")
+    hook.close()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("AMP metrics: logging to")]
+    runs = os.path.join(hook.logdir, "wandb")
+    assert line == (f"AMP metrics: logging to {hook.logdir} for tensorboard, wandb; view with: tensorboard --logdir "
+                    f"{tmp_path / 'runs'} --host 127.0.0.1; view with: wandb leet {runs} (W&B's terminal viewer; "
+                    f"upload: wandb sync {os.path.join(runs, 'offline-run-*')})")
+    (offline,) = os.listdir(runs)
+    assert offline.startswith("offline-run-")
+
+
 def tensorboard_server(logdir: str):
     port = _free_port()
     command = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port),

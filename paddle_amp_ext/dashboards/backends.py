@@ -113,6 +113,38 @@ def parse_report_to(report_to: Any = "visualdl", *, allow_none: bool = False) ->
     return tuple(names)
 
 
+def view_command(name: str, logdir: str, run_dir: str) -> str:
+    """How to look at backend ``name``'s records of the run in ``run_dir`` (under ``logdir``): the
+    command the hook logs when it starts.
+
+    Args:
+        name: a :data:`NAMES` name.
+        logdir: the directory given to the hook (VisualDL and TensorBoard show all its runs).
+        run_dir: the run's own directory (W&B and SwanLab keep their run in it).
+
+    Returns:
+        The shell command, such as ``"tensorboard --logdir runs --host 127.0.0.1"``.
+
+    Raises:
+        ValueError: ``name`` is not a backend.
+
+    Example:
+        >>> view_command("wandb", "runs", "runs/exp")
+        "wandb leet runs/exp/wandb (W&B's terminal viewer; upload: wandb sync runs/exp/wandb/offline-run-*)"
+    """
+    backend(name)
+    if name == "visualdl":
+        return f"python -m paddle_amp_ext.visualdl_serve --logdir {logdir}"
+    if name == "tensorboard":
+        return f"tensorboard --logdir {logdir} --host 127.0.0.1"
+    if name == "swanlab":
+        return f"swanlab sync {os.path.join(run_dir, 'run-*')} (uploads it: SwanLab has no offline viewer)"
+    runs = os.path.join(run_dir, "wandb")
+    if not wandb_file.wants_own_file():  # W&B's own run, in WANDB_MODE
+        return f"wandb leet {runs} (W&B's terminal viewer; W&B uploads it in WANDB_MODE=online)"
+    return f"wandb leet {runs} (W&B's terminal viewer; upload: wandb sync {os.path.join(runs, 'offline-run-*')})"
+
+
 def require(name: str) -> None:
     """Raise ImportError naming the extra when backend ``name``'s library is not installed
     (located, not imported: importing VisualDL writes ``~/.visualdl``, W&B starts nothing yet)."""

@@ -124,10 +124,9 @@ def open_writers(owner: Any, logdir: Any, all_ranks: bool, run_name: Optional[st
     for out in outs:
         out.close_with(owner)
     if outs:
-        views = {"visualdl": f"python -m paddle_amp_ext.visualdl_serve --logdir {logdir}",
-                 "tensorboard": f"tensorboard --logdir {logdir} --host 127.0.0.1"}
         logger.info("AMP metrics: logging to %s for %s%s", outs[0].logdir, ", ".join(names),
-                    "".join(f"; view with: {views[name]}" for name in names if name in views))
+                    "".join(f"; view with: {backends.view_command(name, str(logdir), outs[0].logdir)}"
+                            for name in names))
     owner.logdir = outs[0].logdir if outs else None
     return outs
 

@@ -83,6 +83,23 @@ def test_backend_lookup_of_an_unparsed_name_names_the_known_ones(name):
         backends.backend(name)
     with pytest.raises(ValueError, match="Unknown dashboard"):
         backends.require(name)
+    with pytest.raises(ValueError, match="Unknown dashboard"):
+        backends.view_command(name, "runs", "runs/exp")
+
+
+def test_view_command_per_backend(monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    run = os.path.join("my runs", "exp")  # a space: shown as given
+    assert [backends.view_command(name, "my runs", run) for name in backends.NAMES] == [
+        "python -m paddle_amp_ext.visualdl_serve --logdir my runs",
+        "tensorboard --logdir my runs --host 127.0.0.1",
+        f"swanlab sync {os.path.join(run, 'run-*')} (uploads it: SwanLab has no offline viewer)",
+        f"wandb leet {os.path.join(run, 'wandb')} (W&B's terminal viewer; upload: wandb sync "
+        f"{os.path.join(run, 'wandb', 'offline-run-*')})",
+    ]
+    monkeypatch.setenv("WANDB_MODE", "online")  # W&B's own run: it uploads, there is no offline run to sync
+    assert backends.view_command("wandb", "runs", "runs/exp") == (
+        f"wandb leet {os.path.join('runs/exp', 'wandb')} (W&B's terminal viewer; W&B uploads it in WANDB_MODE=online)")
 
 
 @pytest.mark.parametrize("name", ["amp/los", "loss_scale", "", None, 3, ["amp/loss"]])
