@@ -353,7 +353,7 @@ def test_every_command_has_one_name():
 def test_no_internal_tracker_numbers_in_code_tests_or_docs():
     """The tracker is not public: its numbers mean nothing to a reader (external references name
     their project, "Paddle #48321")."""
-    tracker = re.compile(r"\b[Ii]ssues? ?" + r"\d+")
+    tracker = re.compile(r"\b[Ii]ssues? ?#?" + r"\d+")
     found = []
     for folder in ("paddle_amp_ext", "tests", "benchmarks", "scripts", "examples", "docs"):
         for path in sorted((ROOT / folder).rglob("*")):

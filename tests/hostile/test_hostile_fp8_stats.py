@@ -1,4 +1,4 @@
-"""Fp8Stats keeps a bounded window of records (issue #41): long runs, non-finite values, windows of
+"""Fp8Stats keeps a bounded window of records: long runs, non-finite values, windows of
 0 and 1, wrong types, a reader that falls behind, threads and forks. The whole-run answers are
 checked against a reference computed here from every record, as ``main`` computed them."""
 
