@@ -151,7 +151,7 @@ def test_kernel_counts_exact_values():
 @pytest.mark.parametrize("pow2", [True, False])
 @pytest.mark.parametrize("epsilon", [0.0, 1e-3])
 def test_scales_from_the_amax_in_the_kernel_equal_paddles_scale_wrapper(pow2, epsilon):
-    from paddle_amp_ext.fp8.kernels import scale_from_amax
+    from paddle_amp_ext.fp8.blocks import scale_from_amax
 
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((130, 300)) * np.exp(rng.standard_normal((130, 300)) * 6)).astype(np.float32)

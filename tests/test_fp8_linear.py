@@ -170,10 +170,10 @@ def test_stats_reach_a_dashboard_writer():
 
 @pytest.mark.parametrize("recipe", ["blockwise", "current", "delayed"])
 def test_large_operands_read_and_written_in_place_give_the_copies_results(recipe, monkeypatch):
-    """Weights and output gradients of 65536 values or more are read through a view of the
-    tensor's memory and the quantized operands written into new tensors' memory; the results
-    are those of the copying path, bit for bit, over two steps."""
-    import paddle_amp_ext.fp8.linear as linear
+    """Inputs, weights and output gradients are read through a view of the tensor's memory and
+    the quantized operands written into new tensors' memory; the results are those of the
+    copying path, bit for bit, over two steps."""
+    import paddle_amp_ext.fp8._buffers as _buffers
 
     def run():
         paddle.seed(3)
@@ -192,7 +192,7 @@ def test_large_operands_read_and_written_in_place_give_the_copies_results(recipe
         return out + [model.weight.numpy()], [(r.saturated, r.flushed, r.amax) for r in stats.records]
 
     viewed = run()
-    monkeypatch.setattr(linear, "_VIEW_FROM", 1 << 40)
+    monkeypatch.setattr(_buffers, "VIEW_FROM", 1 << 40)
     copied = run()
     for a, b in zip(viewed[0], copied[0]):
         assert np.array_equal(a, b)

@@ -39,6 +39,7 @@ from typing import Optional, Tuple
 import numpy as np
 import paddle
 
+from .blocks import quantize_blocks
 from .formats import E4M3FN, fp8_format, quantize, to_bits
 
 BLOCK = 128
@@ -66,54 +67,19 @@ def from_fp8_values(values: np.ndarray, dtype: str = "float8_e4m3fn") -> paddle.
 
 # ---- the arithmetic of fp8_quant_blockwise_kernel.cu ---------------------------------------------
 
-def scale_from_amax(amax: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: object = E4M3FN) -> np.ndarray:
-    """``ScaleWrapper``: the factor that maps a block of amax ``amax`` onto the range of ``fmt``
-    (e4m3fn in Paddle's kernel; e5m2 for the recipes of :mod:`.linear`), in float32."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        amax_mod = np.fmax(np.asarray(amax, np.float32), np.float32(epsilon))
-        scale = np.float32(fp8_format(fmt).max) / amax_mod
-        scale = np.where(np.isinf(scale), np.float32(2.0**127 if pow2 else float.fromhex("0x1.FEp127")), scale)
-        if pow2:  # keep the exponent bits only: the largest power of 2 not above the quotient
-            scale = (scale.astype(np.float32).view(np.uint32) & np.uint32(0x7F800000)).view(np.float32)
-        return np.where(amax_mod == 0, np.float32(1.0), scale).astype(np.float32)
-
-
-def _amax(blocks: np.ndarray, axis) -> np.ndarray:
-    # fmaxf ignores NaN; the kernels start from 0 (or from -5e4 / the first element, same result)
-    return np.fmax.reduce(np.abs(blocks), axis=axis, initial=np.float32(0.0))
-
-
-def quant_1x128(x: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: object = E4M3FN,
-                observe=None) -> Tuple[np.ndarray, np.ndarray]:
-    """Rows of ``x`` [R, C] (C % 128 == 0) in 1x128 blocks: (FP8 values [R, C], 1/scale [R, C/128]).
-    ``observe(scaled, amax, scales)``, if given, sees the scaled values before rounding."""
-    rows, cols = x.shape
-    blocks = x.reshape(rows, cols // BLOCK, BLOCK)
-    amax = _amax(blocks, 2)
-    scale = scale_from_amax(amax, epsilon, pow2, fmt)
-    with np.errstate(invalid="ignore", over="ignore"):
-        scaled = blocks * scale[:, :, None]
-        if observe is not None:
-            observe(scaled, amax, scale)
-        q = quantize(scaled, fmt).reshape(rows, cols)
+def quant_blocks(x: np.ndarray, one_by_128: bool, epsilon: float = 0.0, pow2: bool = True
+                 ) -> Tuple[np.ndarray, np.ndarray]:
+    """``quantize_1x128_kernel`` (rows of ``x`` [R, C] in 1x128 blocks) or
+    ``quantize_128x128_kernel`` (128x128 blocks) to e4m3fn: (FP8 values [R, C], ``1.0f / scale``
+    per block [R, C/128] or [R/128, C/128]). The amax (NaN-ignoring ``fmaxf``), the scale
+    (``ScaleWrapper``: :func:`~paddle_amp_ext.fp8.blocks.scale_from_amax`) and the SATFINITE
+    rounding of ``x * scale`` are :func:`~paddle_amp_ext.fp8.blocks.quantize_blocks`'s, in one
+    call of the compiled kernel where it can be had. Blocks past the edge are partial (the
+    callers check the GPU kernel's multiples of 128 first)."""
+    out = quantize_blocks(x, (1, BLOCK) if one_by_128 else (BLOCK, BLOCK), None, E4M3FN, dequant=False,
+                          epsilon=epsilon, pow2=pow2)
     with np.errstate(divide="ignore"):
-        return q, np.float32(1.0) / scale
-
-
-def quant_128x128(x: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: object = E4M3FN,
-                  observe=None) -> Tuple[np.ndarray, np.ndarray]:
-    """``x`` [R, C] (both % 128 == 0) in 128x128 blocks: (FP8 values, 1/scale [R/128, C/128])."""
-    rows, cols = x.shape
-    blocks = x.reshape(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
-    amax = _amax(blocks, (1, 3))
-    scale = scale_from_amax(amax, epsilon, pow2, fmt)
-    with np.errstate(invalid="ignore", over="ignore"):
-        scaled = blocks * scale[:, None, :, None]
-        if observe is not None:
-            observe(scaled, amax, scale)
-        q = quantize(scaled, fmt).reshape(rows, cols)
-    with np.errstate(divide="ignore"):
-        return q, np.float32(1.0) / scale
+        return out.values, np.float32(1.0) / out.scales
 
 
 def _check_quant_input(x: paddle.Tensor, one_by_128: bool, transpose: bool) -> Tuple[int, int]:
@@ -162,15 +128,14 @@ def fp8_quant_blockwise(x: paddle.Tensor, epsilon: float = 0.0, input_transpose:
     one = quant_method == "1x128"
     _check_quant_input(x, one, input_transpose)
     data = to_numpy(x)
-    quant = quant_1x128 if one else quant_128x128
     only_transposed = input_transpose and return_transpose_only
     if not (only_transposed and one):
-        q, s = quant(data, epsilon, using_pow2_scale)
+        q, s = quant_blocks(data, one, epsilon, using_pow2_scale)
     outputs = []
     if not only_transposed:
         outputs += [from_fp8_values(q), _scale_tensor(s, output_scale_transpose)]
     if input_transpose:  # 1x128: blocks down the columns; 128x128: the same blocks, transposed
-        q_t, s_t = quant(np.ascontiguousarray(data.T), epsilon, using_pow2_scale) if one else (q.T, s.T)
+        q_t, s_t = quant_blocks(data.T, True, epsilon, using_pow2_scale) if one else (q.T, s.T)
         outputs += [from_fp8_values(q_t), _scale_tensor(s_t, output_scale_transpose)]
     return tuple(outputs)
 

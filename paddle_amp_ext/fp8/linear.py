@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -34,10 +34,12 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Un
 import numpy as np
 import paddle
 
-from .blocks import Quantized, quantize_blocks
+from .._native import fp8_kernel
+from ._buffers import Buffer, BufferPool, as_tensor, host, new_float32
+from .blocks import Quantized, quantize_into, scale_from_amax
 from .formats import fp8_format
-from .kernels import BLOCK, scale_from_amax
-from .stats import Fp8Stats
+from .kernels import BLOCK
+from .stats import ROLES, Fp8Stats
 
 SCALINGS = ("blockwise", "current", "delayed")
 
@@ -87,9 +89,14 @@ class Fp8Recipe:
         if isinstance(recipe, Fp8Recipe):
             return recipe
         if isinstance(recipe, str):
-            return cls(scaling=recipe)
+            return _recipe_named(recipe)
         raise TypeError(f"recipe must be an Fp8Recipe or one of {SCALINGS}. Received: {recipe!r} "
                         f"(of type {type(recipe).__name__})")
+
+
+@functools.lru_cache(maxsize=8)
+def _recipe_named(scaling: str) -> Fp8Recipe:
+    return Fp8Recipe(scaling=scaling)  # frozen: one per name (a bad name raises and is not cached)
 
 
 @dataclass
@@ -100,55 +107,56 @@ class _LayerState:
     history: Dict[str, collections.deque] = field(default_factory=dict)
     scale: Dict[str, np.float32] = field(default_factory=dict)
 
-    def dequant(self, a: np.ndarray, role: str, along: str) -> paddle.Tensor:
-        """``a`` [R, C] as the recipe stores it, back in float32. ``along``: ``"rows"`` (1x128
-        blocks along C), ``"rows_quiet"`` (the same, not recorded: the second quantization of a
-        tensor in a step) or ``"tiles"`` (128x128). One pass of the compiled kernel rounds,
-        counts and finds the amax (:mod:`.blocks`); a blockwise or current scale needs the
-        amax first, one more pass. The values are written straight into the returned tensor's
-        memory on a CPU (:func:`_float32_tensor`)."""
+    def __post_init__(self) -> None:  # what every quantization of the layer needs, looked up once
         r = self.recipe
-        fmt = r.grad_fmt if role == "output_grad" else r.fmt
+        self.formats = {role: fp8_format(r.grad_fmt if role == "output_grad" else r.fmt) for role in ROLES}
+        self.epsilon, self.pow2 = float(r.epsilon), bool(r.pow2)
+        self.buffers = BufferPool()
+
+    def dequant(self, a: np.ndarray, role: str, along: str, out: Buffer) -> paddle.Tensor:
+        """``a`` [R, C] (C-contiguous float32) as the recipe stores it, back in float32, written
+        into ``out`` (a tensor and a view of its memory, :mod:`._buffers`; ``a`` may be that
+        view: quantized in place). ``along``: ``"rows"`` (1x128 blocks along C),
+        ``"rows_quiet"`` (the same, not recorded: the second quantization of a tensor in a
+        step) or ``"tiles"`` (128x128). One call of the compiled kernel finds the amax, the
+        scales, rounds and counts (:mod:`.blocks`)."""
+        r = self.recipe
+        spec = self.formats[role]
         if r.scaling == "blockwise":
             block = (BLOCK, BLOCK) if along == "tiles" else (1, BLOCK)
         else:
             block = (max(a.shape[0], 1), max(a.shape[1], 1))  # one scale for the tensor
-        tensor, view = _float32_tensor(a.shape)
         if r.scaling == "delayed":
             scales = np.array([[self.scale.get(role, np.float32(1.0))]], np.float32)
         else:  # the amax, then the scales, in the kernel's same call
             scales = None if a.size else np.ones((1, 1) if r.scaling == "current" else (0, 0), np.float32)
         if a.size:
-            out = quantize_blocks(a, block, scales, fmt, out=view, epsilon=r.epsilon, pow2=r.pow2)
+            done = quantize_into(a, block, scales, spec, out[1], True, self.epsilon, self.pow2, fp8_kernel())
         else:
-            out = Quantized(view, 0, 0, 0.0, scales)
+            done = Quantized(out[1], 0, 0, 0.0, scales)
         if self.stats is not None and along != "rows_quiet":  # one record per tensor and step
-            self.stats.add_counts(self.name, role, fmt, out.saturated, out.flushed, a.size, out.amax,
-                                  out.scales.ravel())
+            self.stats.add_counts(self.name, role, spec.name, done.saturated, done.flushed, a.size, done.amax,
+                                  done.scales.ravel())
         if r.scaling == "delayed":
             hist = self.history.setdefault(role, collections.deque(maxlen=r.amax_history_len))
-            hist.append(out.amax)
+            hist.append(done.amax)
             top = max(hist)
-            if np.isfinite(top) and top > 0:
-                self.scale[role] = np.float32(scale_from_amax(np.float32(top), r.epsilon, r.pow2, fmt)
-                                              / np.float32(2.0**r.margin))
-        return tensor if tensor is not None else paddle.to_tensor(out.values)
+            if math.isfinite(top) and top > 0:
+                self.scale[role] = _delayed_scale(top, self.epsilon, self.pow2, spec.name, r.margin)
+        return as_tensor(out)
+
+    def transposed(self, a: np.ndarray, slot: str) -> Buffer:
+        """``a.T`` copied into the pool's ``slot`` tensor."""
+        out = self.buffers.take(slot, (a.shape[1], a.shape[0]))
+        np.copyto(out[1], a.T)
+        return out
 
 
-#: Below this many values ``paddle.to_tensor``'s copy costs less than ``paddle.empty``'s call.
-_VIEW_FROM = 1 << 16
-
-
-def _float32_tensor(shape: Tuple[int, int]) -> Tuple[Optional[paddle.Tensor], np.ndarray]:
-    """A new float32 tensor and a numpy view of its memory (``Tensor.data_ptr()``) to write it
-    through, without the copy of ``paddle.to_tensor``; where the default device is not the CPU
-    (or the tensor is small or empty), None and a numpy array that :meth:`_LayerState.dequant`
-    copies over."""
-    if shape[0] * shape[1] < _VIEW_FROM or paddle.device.get_device() != "cpu":
-        return None, np.zeros(shape, np.float32)
-    tensor = paddle.empty(list(shape), "float32")
-    buffer = (ctypes.c_float * (shape[0] * shape[1])).from_address(tensor.data_ptr())
-    return tensor, np.ctypeslib.as_array(buffer).reshape(shape)  # alive while the tensor is: the caller keeps both
+@functools.lru_cache(maxsize=4096)
+def _delayed_scale(top: float, epsilon: float, pow2: bool, fmt: str, margin: int) -> np.float32:
+    """The delayed recipe's scale from the history's largest amax (the history's top changes
+    seldom: looked up, not recomputed, on most steps)."""
+    return np.float32(scale_from_amax(np.float32(top), epsilon, pow2, fmt) / np.float32(2.0**margin))
 
 
 def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False):
@@ -160,60 +168,65 @@ def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, trans
     return paddle.matmul(a, b, transpose_x=transpose_x, transpose_y=transpose_y)
 
 
-def _host(t: paddle.Tensor, cols: int) -> np.ndarray:
-    """``t`` as a float32 ``[-1, cols]`` numpy array: a view of its memory (``Tensor.data_ptr()``)
-    where ``t`` is a large contiguous float32 CPU tensor (valid only while ``t`` lives and is not
-    written: for operands used inside one call), else a copy (``.numpy()``, which syncs)."""
-    n = math.prod(t.shape)
-    if (n >= _VIEW_FROM and t.dtype == paddle.float32 and t.place.is_cpu_place() and t.is_contiguous()
-            and not getattr(t, "is_dist", lambda: False)()):
-        return np.ctypeslib.as_array((ctypes.c_float * n).from_address(t.data_ptr())).reshape(-1, cols)
-    return t.reshape([-1, cols]).astype("float32").numpy()
-
-
 class _Fp8LinearFn(paddle.autograd.PyLayer):
     """The GEMMs by Paddle's float32 CPU matmul on the dequantized operands (float32 accumulation;
-    numpy's threaded BLAS ran 40 times slower next to Paddle's threads on a busy machine)."""
+    numpy's threaded BLAS ran 40 times slower next to Paddle's threads on a busy machine). The
+    operands are read through views of the tensors' memory inside each call, the quantized ones
+    written into the layer's reused tensors (:mod:`._buffers`); what the backward needs of ``x``
+    is kept in one of those (the quantized ``x``, or for blockwise ``x`` transposed, quantized
+    along the tokens in the backward)."""
 
     @staticmethod
     def forward(ctx, x, weight, *bias_and_state):  # noqa: D102
         *bias, state = bias_and_state
         shape = list(x.shape)
-        x2 = x.reshape([-1, shape[-1]]).astype("float32").numpy()
-        w = _host(weight, weight.shape[-1])  # used only inside this call: a view where it can be
-        xq = state.dequant(x2, "input", "rows")
-        wq = state.dequant(w, "weight", "tiles" if state.recipe.scaling == "blockwise" else "rows")
+        x2 = host(x, shape[-1])  # views where they can be: used only inside this call
+        w = host(weight, weight.shape[-1])
+        blockwise = state.recipe.scaling == "blockwise"
+        take = state.buffers.take
+        xq = state.dequant(x2, "input", "rows", take("input", x2.shape))
+        wq = state.dequant(w, "weight", "tiles" if blockwise else "rows", take("weight", w.shape))
         if x2.shape[0] == 0:  # an empty batch: Paddle 2.6's ops refuse empty operands
             y = paddle.to_tensor(np.zeros([0, w.shape[1]], np.float32))
         else:
-            y = _matmul(xq, wq)
+            y = paddle.matmul(xq, wq)
             if bias:
                 y = y + bias[0].astype("float32")
-        ctx.state, ctx.wq, ctx.shape, ctx.has_bias = state, wq, shape, bool(bias)
-        # per-tensor recipes quantize x the same way whichever dimension a GEMM contracts
-        ctx.x2 = x2 if state.recipe.scaling == "blockwise" else xq
-        ctx.dtypes = (x.dtype, weight.dtype)
         ctx.wanted = [not t.stop_gradient for t in (x, weight, *bias)]
-        return y.reshape(shape[:-1] + [w.shape[1]]).astype(x.dtype)
+        ctx.state, ctx.wq, ctx.shape, ctx.has_bias = state, wq, shape, bool(bias)
+        # per-tensor recipes quantize x the same way whichever dimension a GEMM contracts;
+        # blockwise quantizes it again along the tokens for dw (a copy: x may change after this call)
+        ctx.x = (state.transposed(x2, "input_t") if ctx.wanted[1] else None) if blockwise else xq
+        ctx.dtypes = (x.dtype, weight.dtype)
+        if len(shape) != 2:
+            y = y.reshape(shape[:-1] + [w.shape[1]])
+        return y.astype(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):  # noqa: D102
-        state = ctx.state
-        g = _host(dy, dy.shape[-1])  # dy lives through this call
-        gq = state.dequant(g, "output_grad", "rows")
-        dx = _matmul(gq, ctx.wq, transpose_y=True)  # contracts N: blocks along N
-        if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
-            xt = state.dequant(np.ascontiguousarray(ctx.x2.T), "input", "rows_quiet")
-            gt = state.dequant(np.ascontiguousarray(g.T), "output_grad", "rows_quiet")
-            dw = _matmul(xt, gt, transpose_y=True)
-        else:  # one scale per tensor: the quantized x and dy of the other GEMMs
-            dw = _matmul(ctx.x2, gq, transpose_x=True)
-        if g.shape[0] == 0:
-            dx = paddle.to_tensor(np.zeros([0, ctx.shape[-1]], np.float32))
-        grads = [dx.reshape(ctx.shape).astype(ctx.dtypes[0]), dw.astype(ctx.dtypes[1])]
-        if ctx.has_bias:
-            grads.append(paddle.to_tensor(g.sum(axis=0).astype(np.float32)))
-        return tuple(grad if wanted else None for grad, wanted in zip(grads, ctx.wanted))
+        state, wanted = ctx.state, ctx.wanted
+        g = host(dy, dy.shape[-1])  # dy lives through this call
+        gq = state.dequant(g, "output_grad", "rows", state.buffers.take("output_grad", g.shape))
+        grads = [None] * len(wanted)
+        if wanted[0]:
+            if g.shape[0] == 0:
+                dx = paddle.to_tensor(np.zeros([0, ctx.shape[-1]], np.float32))
+            else:
+                dx = _matmul(gq, ctx.wq, transpose_y=True)  # contracts N: blocks along N
+            grads[0] = (dx if len(ctx.shape) == 2 else dx.reshape(ctx.shape)).astype(ctx.dtypes[0])
+        if wanted[1]:
+            if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
+                xt = state.dequant(ctx.x[1], "input", "rows_quiet", ctx.x)
+                gt = state.transposed(g, "output_grad_t")
+                dw = _matmul(xt, state.dequant(gt[1], "output_grad", "rows_quiet", gt), transpose_y=True)
+            else:  # one scale per tensor: the quantized x and dy of the other GEMMs
+                dw = _matmul(ctx.x, gq, transpose_x=True)
+            grads[1] = dw.astype(ctx.dtypes[1])
+        if ctx.has_bias and wanted[2]:  # a new tensor: Paddle may keep a gradient as .grad
+            out = new_float32((1, g.shape[1]))
+            np.sum(g, axis=0, dtype=np.float32, out=out[1][0])
+            grads[2] = as_tensor(out).reshape([g.shape[1]])
+        return tuple(grads)
 
 
 def fp8_linear(x: paddle.Tensor, weight: paddle.Tensor, bias: Optional[paddle.Tensor], state: _LayerState):

@@ -124,9 +124,12 @@ class Fp8Stats:
         """Record one quantization of ``count`` values of which ``n_saturated`` saturated and
         ``n_flushed`` flushed (counted by the kernel that rounded them)."""
         sat, flush = (n_saturated / count, n_flushed / count) if count else (0.0, 0.0)
-        finite = scales[np.isfinite(scales)] if scales.size else scales
-        low = float(finite.min()) if finite.size else float("nan")
-        high = float(finite.max()) if finite.size else float("nan")
+        low = high = float("nan")
+        if scales.size:  # the finite scales' range; the plain min and max when all are finite
+            low, high = float(scales.min()), float(scales.max())
+            if not (math.isfinite(low) and math.isfinite(high)):
+                finite = scales[np.isfinite(scales)]
+                low, high = (float(finite.min()), float(finite.max())) if finite.size else (float("nan"),) * 2
         with self._lock:
             self.records.append(QuantRecord(layer, role, self.step, fmt, sat, flush, float(amax), low, high))
 
