@@ -14,6 +14,7 @@ and on every float32 pattern by ``scripts/check_fp8_rounding.py --kernel native`
 
 from __future__ import annotations
 
+import ctypes
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -157,14 +158,14 @@ def quantize_into(x: np.ndarray, block: Tuple[int, int], scales: Optional[np.nda
         out = np.empty_like(x) if out is None else out
         auto = scales is None
         scales = np.empty(grid, np.float32) if auto else scales
-        counts, amax = np.zeros(2, np.int64), np.zeros(1, np.float32)
+        counts, amax = (ctypes.c_int64 * 2)(), ctypes.c_float()  # zeroed; passed as pointers
         head = (x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1], block[0], block[1], scales.ctypes.data,
                 FORMAT_CODES[spec.name])
         if auto:
-            kernel[2](*head, epsilon, int(pow2), int(dequant), counts.ctypes.data, amax.ctypes.data)
+            kernel[2](*head, epsilon, int(pow2), int(dequant), counts, ctypes.byref(amax))
         else:
-            kernel[0](*head, int(dequant), counts.ctypes.data, amax.ctypes.data)
-        return Quantized(out, int(counts[0]), int(counts[1]), float(amax[0]), scales)
+            kernel[0](*head, int(dequant), counts, ctypes.byref(amax))
+        return Quantized(out, counts[0], counts[1], amax.value, scales)
     if scales is None:
         scales = scale_from_amax(block_amax(x, block, use_native=False), epsilon, pow2, spec)
     per = np.repeat(np.repeat(scales, block[0], axis=0), block[1], axis=1)[:x.shape[0], :x.shape[1]]

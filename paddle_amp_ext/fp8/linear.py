@@ -35,7 +35,7 @@ import numpy as np
 import paddle
 
 from .._native import fp8_kernel
-from ._buffers import Buffer, BufferPool, as_tensor, host, new_float32
+from ._buffers import Buffer, BufferPool, as_tensor, host
 from .blocks import Quantized, quantize_into, scale_from_amax
 from .formats import fp8_format
 from .kernels import BLOCK
@@ -223,9 +223,7 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
                 dw = _matmul(ctx.x, gq, transpose_x=True)
             grads[1] = dw.astype(ctx.dtypes[1])
         if ctx.has_bias and wanted[2]:  # a new tensor: Paddle may keep a gradient as .grad
-            out = new_float32((1, g.shape[1]))
-            np.sum(g, axis=0, dtype=np.float32, out=out[1][0])
-            grads[2] = as_tensor(out).reshape([g.shape[1]])
+            grads[2] = paddle.to_tensor(np.sum(g, axis=0, dtype=np.float32))
         return tuple(grads)
 
 
@@ -284,7 +282,7 @@ def fp8_linears(model: paddle.nn.Layer, recipe: Union[Fp8Recipe, str] = "blockwi
             if name in exclude:
                 continue
             state = layer.__dict__.get("_amp_fp8_state")
-            if state is None or state.recipe != recipe:
+            if state is None or (state.recipe is not recipe and state.recipe != recipe):
                 state = _LayerState(name, recipe, stats)
                 layer.__dict__["_amp_fp8_state"] = state
             state.stats = stats if record else None

@@ -124,12 +124,13 @@ class Fp8Stats:
         """Record one quantization of ``count`` values of which ``n_saturated`` saturated and
         ``n_flushed`` flushed (counted by the kernel that rounded them)."""
         sat, flush = (n_saturated / count, n_flushed / count) if count else (0.0, 0.0)
-        low = high = float("nan")
-        if scales.size:  # the finite scales' range; the plain min and max when all are finite
-            low, high = float(scales.min()), float(scales.max())
-            if not (math.isfinite(low) and math.isfinite(high)):
-                finite = scales[np.isfinite(scales)]
-                low, high = (float(finite.min()), float(finite.max())) if finite.size else (float("nan"),) * 2
+        # the finite scales' range: one scale (per-tensor recipes) read as it is, else the plain
+        # min and max when both are finite (then every scale is), else the finite ones'
+        low, high = (float(scales.flat[0]),) * 2 if scales.size == 1 else (
+            (float(scales.min()), float(scales.max())) if scales.size else (float("nan"),) * 2)
+        if not (math.isfinite(low) and math.isfinite(high)):
+            finite = scales[np.isfinite(scales)]
+            low, high = (float(finite.min()), float(finite.max())) if finite.size else (float("nan"),) * 2
         with self._lock:
             self.records.append(QuantRecord(layer, role, self.step, fmt, sat, flush, float(amax), low, high))
 
