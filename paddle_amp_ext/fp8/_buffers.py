@@ -87,7 +87,7 @@ class BufferPool:
                 tensor = held[0]
                 if sys.getrefcount(tensor) == _FREE:
                     return tensor, held[1]
-            made = new_float32(shape)
-            if made[0] is not None:
-                self._slots[slot] = made
-            return made
+            tensor, view = new_float32(shape)
+            if tensor is not None:
+                self._slots[slot] = (tensor, view)
+            return tensor, view  # a pair of its own: whoever keeps it holds the tensor, not the slot's pair

@@ -216,7 +216,8 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
             grads[0] = (dx if len(ctx.shape) == 2 else dx.reshape(ctx.shape)).astype(ctx.dtypes[0])
         if wanted[1]:
             if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
-                xt = state.dequant(ctx.x[1], "input", "rows_quiet", ctx.x)
+                # into a tensor of its own: ctx.x stays as it was (Paddle may run a backward again)
+                xt = state.dequant(ctx.x[1], "input", "rows_quiet", state.buffers.take("input_tq", ctx.x[1].shape))
                 gt = state.transposed(g, "output_grad_t")
                 dw = _matmul(xt, state.dequant(gt[1], "output_grad", "rows_quiet", gt), transpose_y=True)
             else:  # one scale per tensor: the quantized x and dy of the other GEMMs

@@ -54,3 +54,105 @@ def test_the_input_is_not_modified():
     x = np.array([[1000.0, 0.3]], np.float32)
     quantize_blocks(x, (1, 2), np.ones(1))
     assert x.tolist() == [[1000.0, np.float32(0.3)]]
+
+
+@pytest.mark.parametrize("use_native", PATHS)
+@pytest.mark.parametrize("block", [(0, 128), (1, -1), (1.0, 128), (True, 2), (1,), "1x128", None])
+def test_bad_blocks_are_refused_by_name(block, use_native):
+    with pytest.raises(ValueError, match=r"block must be a \(rows, cols\) tuple of two ints > 0. Received: block="):
+        quantize_blocks(np.ones((2, 4), np.float32), block, None, use_native=use_native)
+    with pytest.raises(ValueError, match="block must be"):
+        block_amax(np.ones((2, 4), np.float32), block, use_native)
+
+
+@pytest.mark.parametrize("use_native", PATHS)
+@pytest.mark.parametrize("epsilon", [float("nan"), -1.0, np.float32(-0.5)])
+def test_a_nan_or_negative_epsilon_bounds_nothing_on_both_paths(epsilon, use_native):
+    """``fmaxf(amax, epsilon)`` of an amax >= 0: NaN and negative epsilons leave the amax (the C
+    kernel compares, so it is given 0 for them; before, it turned a NaN epsilon into NaN scales)."""
+    x = np.array([[0.5, -3.0, 0.0, 0.0]], np.float32)
+    got = quantize_blocks(x, (1, 2), None, epsilon=epsilon, use_native=use_native)
+    want = quantize_blocks(x, (1, 2), None, epsilon=0.0, use_native=use_native)
+    assert got.scales.tolist() == want.scales.tolist() == [[128.0, 1.0]]  # 448/3 -> 128; a zero block: 1
+    assert np.array_equal(got.values, want.values)
+
+
+@pytest.mark.parametrize("epsilon", ["0", None, True, [0.0]])
+def test_an_epsilon_that_is_no_number_is_refused(epsilon):
+    with pytest.raises(ValueError, match=r"epsilon must be a number. Received: epsilon="):
+        quantize_blocks(np.ones((1, 4), np.float32), (1, 4), None, epsilon=epsilon)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (0, 0)])
+@pytest.mark.parametrize("use_native", PATHS)
+def test_empty_inputs_give_empty_values_and_scales_per_block(shape, use_native):
+    out = quantize_blocks(np.ones(shape, np.float32), (1, 128), None, use_native=use_native)
+    assert out.values.shape == shape and (out.saturated, out.flushed, out.amax) == (0, 0, 0.0)
+    assert out.scales.shape == (shape[0], -(-shape[1] // 128))
+
+
+def test_quantize_into_writes_in_place_and_matches_the_checked_call():
+    from paddle_amp_ext._native import fp8_kernel
+    from paddle_amp_ext.fp8.blocks import quantize_into
+    from paddle_amp_ext.fp8.formats import E5M2
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((130, 260)) * 1e3).astype(np.float32)
+    x[0, 0], x[1, 1] = np.inf, np.nan
+    want = quantize_blocks(x, (1, 128), None, "e5m2", epsilon=1e-3, pow2=False)
+    for kernel in (fp8_kernel(), None):
+        copy = x.copy()
+        got = quantize_into(copy, (1, 128), None, E5M2, copy, True, 1e-3, False, kernel)  # dst is src
+        assert got.values is copy and np.array_equal(copy, want.values, equal_nan=True)
+        assert got[1:4] == want[1:4] and np.array_equal(got.scales, want.scales)
+
+
+# ---- the emulated fp8_quant_blockwise's quantization (kernels.quant_blocks) ----------------------
+
+def reference_quant(x, one_by_128, epsilon=0.0, pow2=True):
+    """The arithmetic kernels.quant_1x128/quant_128x128 computed in numpy before they became
+    quant_blocks (ScaleWrapper per block, x * scale in float32, SATFINITE e4m3fn)."""
+    from paddle_amp_ext.fp8.blocks import scale_from_amax
+
+    rows, cols = x.shape
+    blocks = x.reshape(rows, cols // 128, 128) if one_by_128 else x.reshape(rows // 128, 128, cols // 128, 128)
+    axis = 2 if one_by_128 else (1, 3)
+    scale = scale_from_amax(np.fmax.reduce(np.abs(blocks), axis=axis, initial=np.float32(0.0)), epsilon, pow2)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        scaled = blocks * (scale[:, :, None] if one_by_128 else scale[:, None, :, None])
+        return quantize(scaled).reshape(rows, cols), np.float32(1.0) / scale
+
+
+@pytest.mark.parametrize("use_native", PATHS)
+@pytest.mark.parametrize("one_by_128", [True, False])
+def test_quant_blocks_keeps_the_arithmetic_it_had(one_by_128, use_native, monkeypatch):
+    import paddle_amp_ext.fp8.blocks as blocks
+    from paddle_amp_ext.fp8.kernels import quant_blocks
+
+    if use_native is False:
+        monkeypatch.setattr(blocks, "fp8_kernel", lambda: None)
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((256, 384)) * np.exp(rng.uniform(-30, 30, (256, 1)))).astype(np.float32)
+    x[0, :128] = 0.0
+    x[1, 5], x[2, 7], x[3, 9], x[130, 300] = np.nan, np.inf, -np.inf, 3e38  # NaN ignored; inf: scale 0
+    x[4, 200] = 1e-45
+    for epsilon, pow2 in ((0.0, True), (1e-4, True), (0.0, False)):
+        q, s = quant_blocks(x, one_by_128, epsilon, pow2)
+        want_q, want_s = reference_quant(x, one_by_128, epsilon, pow2)
+        assert np.array_equal(q, want_q, equal_nan=True) and np.array_equal(np.signbit(q), np.signbit(want_q))
+        assert np.array_equal(s, want_s)
+
+
+def test_quant_blocks_hostile_shapes_and_dtypes():
+    from paddle_amp_ext.fp8.kernels import quant_blocks
+
+    q, s = quant_blocks(np.zeros((3, 200)), True)  # float64 zeros, not multiples of 128: partial blocks
+    assert q.dtype == np.float32 and not q.any() and s.tolist() == [[1.0, 1.0]] * 3
+    q, s = quant_blocks(np.full((130, 130), 3e38, np.float32), False)  # 448/3e38 rounds down to 2**-120
+    assert np.all(q == 224.0) and set(s.ravel().tolist()) == {2.0**120}  # 3e38 * 2**-120 = 225.6 -> 224
+    q, s = quant_blocks(np.empty((0, 128), np.float32), True)
+    assert q.shape == (0, 128) and s.shape == (0, 1)
+    # ints converted; the second block: amax 255, scale 448/255 rounds down to 1, 255 -> 256
+    assert quant_blocks(np.arange(256, dtype=np.int64).reshape(1, 256), True)[0][0, 255] == 256.0
+    with pytest.raises(ValueError, match=r"expected a 2-D array. Received shape \[128\]"):
+        quant_blocks(np.ones(128, np.float32), True)
