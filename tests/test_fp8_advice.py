@@ -64,3 +64,46 @@ def test_config_field_validation(value, error, match):
 def test_advisor_hostile_arguments(args, error, match):
     with pytest.raises(error, match=match):
         advise_fp8(*args)
+
+
+def test_findings_reduce_once_and_agree_with_the_separate_calls(monkeypatch):
+    from paddle_amp_ext.fp8.advice import findings
+
+    model, x = model_and_input()
+    with fp8_linears(model, "current") as stats:
+        model(x)
+        model(x * 1e6)  # a second call: two records per tensor to reduce
+    calls = []
+    real = Fp8Stats.summary
+    monkeypatch.setattr(Fp8Stats, "summary", lambda self: calls.append(1) or real(self))
+    found = findings(stats)
+    assert len(calls) == 1, "the doctor's report reduces the records once"
+    monkeypatch.setattr(Fp8Stats, "summary", real)
+    assert found.summary == stats.summary() and found.worst == stats.worst(0.01)
+    assert found.diagnosis == diagnose(stats) and found.advise() == advise_fp8(stats)
+    assert found.lossy_layers == ("0",) and (found.quantizations, found.layers) == (8, 2)
+    assert findings(stats, threshold=0.999).worst is None
+
+
+@pytest.mark.parametrize("args, error, match", [
+    (("stats",), TypeError, "stats must be the Fp8Stats that fp8_linears yields. Received: str"),
+    ((Fp8Stats(), -0.1), ValueError, "threshold must be a fraction in \\[0, 1\\). Received: threshold=-0.1"),
+    ((Fp8Stats(), float("nan")), ValueError, "threshold must be a fraction in \\[0, 1\\). Received: threshold=nan"),
+    ((Fp8Stats(), True), ValueError, "threshold must be a fraction"),
+])
+def test_findings_hostile_arguments(args, error, match):
+    from paddle_amp_ext.fp8.advice import findings
+
+    with pytest.raises(error, match=match):
+        findings(*args)
+
+
+def test_findings_of_empty_stats_and_a_wrong_config():
+    from paddle_amp_ext.fp8.advice import findings
+
+    empty = findings(Fp8Stats())
+    assert (empty.summary, empty.worst, empty.lossy_layers, empty.quantizations, empty.layers) == ([], None, (), 0, 0)
+    assert empty.diagnosis.startswith("No FP8 quantization was recorded")
+    assert empty.advise(AmpConfig(fp8_exclude_layers=["x"])).fp8_exclude_layers == ("x",)
+    with pytest.raises(TypeError, match="config must be an AmpConfig. Received: str"):
+        empty.advise("bfloat16")

@@ -21,7 +21,7 @@ RECIPES = ("blockwise", "current", "delayed")
 
 def run(prog: str, args: argparse.Namespace) -> int:
     """The ``--fp8`` mode of the doctor (``args`` from its parser); returns the exit code."""
-    from ..fp8.advice import THRESHOLD, advise_fp8, diagnose
+    from ..fp8.advice import findings
     from ..fp8.script import run_script_fp8
 
     if args.dtype != "float16" or args.loss_scale != 1.0:
@@ -31,18 +31,16 @@ def run(prog: str, args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         return fail(prog, str(exc))
     report_script_end(ran.error, ran.exit_message)
-    stats = ran.stats
-    worst = stats.worst(THRESHOLD)
-    code = FOUND if worst is not None else (OK if ran.exit_code == 0 else SCRIPT_FAILED)
-    summary = stats.summary()  # the whole run's, as stats.recorded counts it
-    text = [f"FP8 rehearsal, recipe {args.fp8!r}: {stats.recorded} quantizations of "
-            f"{len({row['layer'] for row in summary})} FP8 linears in {ran.models} model(s).", diagnose(stats)]
-    data: Dict[str, Any] = {"fp8": args.fp8, "worst": worst, "diagnosis": diagnose(stats), "summary": summary,
-                            "notes": ran.notes, "script_exit_code": ran.exit_code,
+    found = findings(ran.stats)  # the records reduced once, for every part of the report
+    code = FOUND if found.worst is not None else (OK if ran.exit_code == 0 else SCRIPT_FAILED)
+    text = [f"FP8 rehearsal, recipe {args.fp8!r}: {found.quantizations} quantizations of "
+            f"{found.layers} FP8 linears in {ran.models} model(s).", found.diagnosis]
+    data: Dict[str, Any] = {"fp8": args.fp8, "worst": found.worst, "diagnosis": found.diagnosis,
+                            "summary": found.summary, "notes": ran.notes, "script_exit_code": ran.exit_code,
                             "script_error": None if ran.error is None else repr(ran.error),
                             "script_exit_message": ran.exit_message, "config": None}
     if args.advise:
-        config = advise_fp8(stats)
+        config = found.advise()
         try:
             with open(args.advise, "w", encoding="utf-8") as out:
                 out.write(config.to_toml(keys=["fp8_exclude_layers"]))
