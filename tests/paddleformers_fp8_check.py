@@ -28,8 +28,8 @@ with fp8_emulation():
     y.astype("float32").sum().backward()
 xs = kernels.to_numpy(x).reshape(-1, 256)
 w = kernels.to_numpy(lin.weight)
-qx, sx = kernels.quant_1x128(xs)
-qw, sw = kernels.quant_128x128(np.ascontiguousarray(w.T))
+qx, sx = kernels.quant_blocks(xs, one_by_128=True)
+qw, sw = kernels.quant_blocks(w.T, one_by_128=False)
 expect = paddle.to_tensor(kernels.blockwise_matmul(qx, sx.T, qw, sw, True, False)).astype("bfloat16")
 result["linear_forward_equal"] = bool(np.array_equal(kernels.to_numpy(y).reshape(-1, 384), kernels.to_numpy(expect)))
 result["linear_grad_shapes"] = [list(x.grad.shape), list(lin.weight.grad.shape), str(lin.weight.grad.dtype)]

@@ -1,8 +1,10 @@
 """Paddle's FP8 kernels, emulated on a CPU with the GPU's arithmetic.
 
 Each function takes and returns Paddle tensors like the entry point it stands for (FP8 tensors
-in ``float8_e4m3fn``), checks what the GPU kernel checks, and computes in float32 numpy the way
-the CUDA source does. The sources followed (Paddle ``develop``, read through the code search;
+in ``float8_e4m3fn``), checks what the GPU kernel checks, and computes in float32 the way the
+CUDA source does: the quantization through :func:`~paddle_amp_ext.fp8.blocks.quantize_blocks`
+(the FP8 linears' quantizer: the compiled kernel where it can be had), the rest in numpy. The
+sources followed (Paddle ``develop``, read through the code search;
 ``fp8_quant_blockwise_kernel.cu`` at commit 020de3c53ae5, where ``ScaleWrapper`` is about lines
 133-162; the functions are named so that another version can be checked):
 
