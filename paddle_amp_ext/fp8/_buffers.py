@@ -44,15 +44,17 @@ def as_tensor(buffer: Buffer) -> paddle.Tensor:
     return buffer[0] if buffer[0] is not None else paddle.to_tensor(buffer[1])
 
 
-def host(t: paddle.Tensor, cols: int) -> np.ndarray:
-    """``t`` as a float32 ``[-1, cols]`` numpy array: a view of its memory where ``t`` is a
-    contiguous float32 CPU tensor (valid only while ``t`` lives and is not written: for operands
-    used inside one call), else a copy (``.numpy()``, which syncs)."""
+def host(t: paddle.Tensor, cols: int) -> Tuple[np.ndarray, Optional[int]]:
+    """``t`` as a float32 ``[-1, cols]`` numpy array and the address of its first value: a view
+    of its memory where ``t`` is a contiguous float32 CPU tensor (valid only while ``t`` lives
+    and is not written: for operands used inside one call), else a copy (``.numpy()``, which
+    syncs) and None."""
     n = math.prod(t.shape)
     if (n >= VIEW_FROM and t.dtype == paddle.float32 and t.place.is_cpu_place() and t.is_contiguous()
             and not getattr(t, "is_dist", lambda: False)()):
-        return np.ctypeslib.as_array((ctypes.c_float * n).from_address(t.data_ptr())).reshape(-1, cols)
-    return t.reshape([-1, cols]).astype("float32").numpy()
+        address = t.data_ptr()
+        return np.ctypeslib.as_array((ctypes.c_float * n).from_address(address)).reshape(-1, cols), address
+    return t.reshape([-1, cols]).astype("float32").numpy(), None
 
 
 def _references(pair: tuple) -> int:

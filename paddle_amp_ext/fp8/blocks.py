@@ -147,24 +147,28 @@ def quantize_blocks(x: np.ndarray, block: Tuple[int, int], scales: Optional[np.n
 
 
 def quantize_into(x: np.ndarray, block: Tuple[int, int], scales: Optional[np.ndarray], spec: Fp8Format,
-                  out: Optional[np.ndarray], dequant: bool, epsilon: float, pow2: bool, kernel) -> Quantized:
+                  out: Optional[np.ndarray], dequant: bool, epsilon: float, pow2: bool, kernel,
+                  addresses: Optional[Tuple[int, int]] = None) -> Quantized:
     """:func:`quantize_blocks` without its checks, for callers that built every argument right
     (the FP8 linears, once per tensor and step): ``x`` (and ``out``, or None for a new array)
     C-contiguous float32 2-D of one shape, ``block`` two ints > 0, ``scales`` None or float32
     shaped as the block grid, ``epsilon`` a float >= 0, ``kernel`` from
-    :func:`paddle_amp_ext._native.fp8_kernel` or None for numpy."""
-    grid = _grid(x.shape, block)
+    :func:`paddle_amp_ext._native.fp8_kernel` or None for numpy; ``addresses``: those of ``x``'s
+    and ``out``'s first values where the caller has them (views it made), else looked up."""
+    grid = (-(-x.shape[0] // block[0]), -(-x.shape[1] // block[1]))
     if kernel is not None and x.size:
-        out = np.empty_like(x) if out is None else out
-        auto = scales is None
-        scales = np.empty(grid, np.float32) if auto else scales
+        if out is None:
+            out = np.empty_like(x)
+        src, dst = addresses if addresses is not None else (x.ctypes.data, out.ctypes.data)
         counts, amax = (ctypes.c_int64 * 2)(), ctypes.c_float()  # zeroed; passed as pointers
-        head = (x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1], block[0], block[1], scales.ctypes.data,
-                FORMAT_CODES[spec.name])
-        if auto:
-            kernel[2](*head, epsilon, int(pow2), int(dequant), counts, ctypes.byref(amax))
+        if scales is None:  # the kernel writes them
+            found = (ctypes.c_float * (grid[0] * grid[1]))()
+            kernel[2](src, dst, x.shape[0], x.shape[1], block[0], block[1], found, FORMAT_CODES[spec.name],
+                      epsilon, int(pow2), int(dequant), counts, ctypes.byref(amax))
+            scales = np.frombuffer(found, np.float32).reshape(grid)
         else:
-            kernel[0](*head, int(dequant), counts, ctypes.byref(amax))
+            kernel[0](src, dst, x.shape[0], x.shape[1], block[0], block[1], scales.ctypes.data,
+                      FORMAT_CODES[spec.name], int(dequant), counts, ctypes.byref(amax))
         return Quantized(out, counts[0], counts[1], amax.value, scales)
     if scales is None:
         scales = scale_from_amax(block_amax(x, block, use_native=False), epsilon, pow2, spec)

@@ -113,13 +113,14 @@ class _LayerState:
         self.epsilon, self.pow2 = float(r.epsilon), bool(r.pow2)
         self.buffers = BufferPool()
 
-    def dequant(self, a: np.ndarray, role: str, along: str, out: Buffer) -> paddle.Tensor:
+    def dequant(self, a: np.ndarray, role: str, along: str, out: Buffer, address: Optional[int] = None
+                ) -> paddle.Tensor:
         """``a`` [R, C] (C-contiguous float32) as the recipe stores it, back in float32, written
         into ``out`` (a tensor and a view of its memory, :mod:`._buffers`; ``a`` may be that
         view: quantized in place). ``along``: ``"rows"`` (1x128 blocks along C),
         ``"rows_quiet"`` (the same, not recorded: the second quantization of a tensor in a
-        step) or ``"tiles"`` (128x128). One call of the compiled kernel finds the amax, the
-        scales, rounds and counts (:mod:`.blocks`)."""
+        step) or ``"tiles"`` (128x128); ``address``: ``a``'s first value's, where known. One
+        call of the compiled kernel finds the amax, the scales, rounds and counts (:mod:`.blocks`)."""
         r = self.recipe
         spec = self.formats[role]
         if r.scaling == "blockwise":
@@ -131,12 +132,13 @@ class _LayerState:
         else:  # the amax, then the scales, in the kernel's same call
             scales = None if a.size else np.ones((1, 1) if r.scaling == "current" else (0, 0), np.float32)
         if a.size:
-            done = quantize_into(a, block, scales, spec, out[1], True, self.epsilon, self.pow2, fp8_kernel())
+            both = None if address is None or out[0] is None else (address, out[0].data_ptr())
+            done = quantize_into(a, block, scales, spec, out[1], True, self.epsilon, self.pow2, fp8_kernel(), both)
         else:
             done = Quantized(out[1], 0, 0, 0.0, scales)
         if self.stats is not None and along != "rows_quiet":  # one record per tensor and step
             self.stats.add_counts(self.name, role, spec.name, done.saturated, done.flushed, a.size, done.amax,
-                                  done.scales.ravel())
+                                  done.scales)
         if r.scaling == "delayed":
             hist = self.history.setdefault(role, collections.deque(maxlen=r.amax_history_len))
             hist.append(done.amax)
@@ -157,6 +159,10 @@ def _delayed_scale(top: float, epsilon: float, pow2: bool, fmt: str, margin: int
     """The delayed recipe's scale from the history's largest amax (the history's top changes
     seldom: looked up, not recomputed, on most steps)."""
     return np.float32(scale_from_amax(np.float32(top), epsilon, pow2, fmt) / np.float32(2.0**margin))
+
+
+def _address(buffer: Buffer) -> Optional[int]:
+    return None if buffer[0] is None else buffer[0].data_ptr()
 
 
 def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False):
@@ -180,12 +186,12 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
     def forward(ctx, x, weight, *bias_and_state):  # noqa: D102
         *bias, state = bias_and_state
         shape = list(x.shape)
-        x2 = host(x, shape[-1])  # views where they can be: used only inside this call
-        w = host(weight, weight.shape[-1])
+        x2, x_at = host(x, shape[-1])  # views where they can be: used only inside this call
+        w, w_at = host(weight, weight.shape[-1])
         blockwise = state.recipe.scaling == "blockwise"
         take = state.buffers.take
-        xq = state.dequant(x2, "input", "rows", take("input", x2.shape))
-        wq = state.dequant(w, "weight", "tiles" if blockwise else "rows", take("weight", w.shape))
+        xq = state.dequant(x2, "input", "rows", take("input", x2.shape), x_at)
+        wq = state.dequant(w, "weight", "tiles" if blockwise else "rows", take("weight", w.shape), w_at)
         if x2.shape[0] == 0:  # an empty batch: Paddle 2.6's ops refuse empty operands
             y = paddle.to_tensor(np.zeros([0, w.shape[1]], np.float32))
         else:
@@ -205,8 +211,8 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
     @staticmethod
     def backward(ctx, dy):  # noqa: D102
         state, wanted = ctx.state, ctx.wanted
-        g = host(dy, dy.shape[-1])  # dy lives through this call
-        gq = state.dequant(g, "output_grad", "rows", state.buffers.take("output_grad", g.shape))
+        g, g_at = host(dy, dy.shape[-1])  # dy lives through this call
+        gq = state.dequant(g, "output_grad", "rows", state.buffers.take("output_grad", g.shape), g_at)
         grads = [None] * len(wanted)
         if wanted[0]:
             if g.shape[0] == 0:
@@ -217,9 +223,10 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
         if wanted[1]:
             if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
                 # into a tensor of its own: ctx.x stays as it was (Paddle may run a backward again)
-                xt = state.dequant(ctx.x[1], "input", "rows_quiet", state.buffers.take("input_tq", ctx.x[1].shape))
+                xt = state.dequant(ctx.x[1], "input", "rows_quiet", state.buffers.take("input_tq", ctx.x[1].shape),
+                                   _address(ctx.x))
                 gt = state.transposed(g, "output_grad_t")
-                dw = _matmul(xt, state.dequant(gt[1], "output_grad", "rows_quiet", gt), transpose_y=True)
+                dw = _matmul(xt, state.dequant(gt[1], "output_grad", "rows_quiet", gt, _address(gt)), transpose_y=True)
             else:  # one scale per tensor: the quantized x and dy of the other GEMMs
                 dw = _matmul(ctx.x, gq, transpose_x=True)
             grads[1] = dw.astype(ctx.dtypes[1])
