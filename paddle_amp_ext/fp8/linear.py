@@ -111,6 +111,9 @@ class _LayerState:
         r = self.recipe
         self.formats = {role: fp8_format(r.grad_fmt if role == "output_grad" else r.fmt) for role in ROLES}
         self.epsilon, self.pow2 = float(r.epsilon), bool(r.pow2)
+        self.blocks = {"rows": (1, BLOCK), "rows_quiet": (1, BLOCK), "tiles": (BLOCK, BLOCK)} if (
+            r.scaling == "blockwise") else None  # None: one scale per tensor
+        self.delayed = r.scaling == "delayed"
         self.buffers = BufferPool()
 
     def dequant(self, a: np.ndarray, role: str, along: str, out: Buffer, address: Optional[int] = None
@@ -121,16 +124,12 @@ class _LayerState:
         ``"rows_quiet"`` (the same, not recorded: the second quantization of a tensor in a
         step) or ``"tiles"`` (128x128); ``address``: ``a``'s first value's, where known. One
         call of the compiled kernel finds the amax, the scales, rounds and counts (:mod:`.blocks`)."""
-        r = self.recipe
         spec = self.formats[role]
-        if r.scaling == "blockwise":
-            block = (BLOCK, BLOCK) if along == "tiles" else (1, BLOCK)
-        else:
-            block = (max(a.shape[0], 1), max(a.shape[1], 1))  # one scale for the tensor
-        if r.scaling == "delayed":
+        block = self.blocks[along] if self.blocks is not None else (max(a.shape[0], 1), max(a.shape[1], 1))
+        if self.delayed:
             scales = np.array([[self.scale.get(role, np.float32(1.0))]], np.float32)
         else:  # the amax, then the scales, in the kernel's same call
-            scales = None if a.size else np.ones((1, 1) if r.scaling == "current" else (0, 0), np.float32)
+            scales = None if a.size else np.ones((0, 0) if self.blocks is not None else (1, 1), np.float32)
         if a.size:
             both = None if address is None or out[0] is None else (address, out[0].data_ptr())
             done = quantize_into(a, block, scales, spec, out[1], True, self.epsilon, self.pow2, fp8_kernel(), both)
@@ -139,7 +138,8 @@ class _LayerState:
         if self.stats is not None and along != "rows_quiet":  # one record per tensor and step
             self.stats.add_counts(self.name, role, spec.name, done.saturated, done.flushed, a.size, done.amax,
                                   done.scales)
-        if r.scaling == "delayed":
+        if self.delayed:
+            r = self.recipe
             hist = self.history.setdefault(role, collections.deque(maxlen=r.amax_history_len))
             hist.append(done.amax)
             top = max(hist)
