@@ -157,7 +157,7 @@ def test_scales_from_the_amax_in_the_kernel_equal_paddles_scale_wrapper(pow2, ep
     x = (rng.standard_normal((130, 300)) * np.exp(rng.standard_normal((130, 300)) * 6)).astype(np.float32)
     x[:, :128] = 0.0  # zero blocks: scale 1
     x[0, 200], x[1, 5], x[129, 299] = np.inf, np.nan, 1e-45  # inf: scale 0; a subnormal amax: 2**127 / 0x1.FEp127
-    for block in ((1, 128), (128, 128)):
+    for block in ((1, 128), (128, 128), (128, 1), (3, 1)):  # (r, 1): the column-block kernel
         want = scale_from_amax(block_amax(x, block, use_native=False), epsilon, pow2)
         for use_native in (None, False):
             got = quantize_blocks(x, block, None, epsilon=epsilon, pow2=pow2, use_native=use_native)

@@ -114,6 +114,9 @@ SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
     "pae_fp8_quant_scaled": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
                                             ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                             ctypes.c_void_p]),
+    "pae_fp8_quant_cols": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 3, ctypes.c_void_p,
+                                          ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                          ctypes.c_void_p]),
 }
 #: The vector widths the roundings have code for (``pae_vector_bits``), each probed at load.
 WIDTHS = (512, 256, 128)
@@ -266,7 +269,7 @@ def _load(path: str) -> Kernel:
                 raise BuildError(f"the built {name} kernel ({width}-bit vectors at most) rounded a probe "
                                  f"wrongly: {wrong}")
         wrong = probes.wrong_fp8_answer(kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"],
-                                        kernel["pae_fp8_quant_scaled"])
+                                        kernel["pae_fp8_quant_scaled"], kernel["pae_fp8_quant_cols"])
         if wrong:
             raise BuildError(f"the built FP8 kernel ({width}-bit vectors at most) answered a probe wrongly: {wrong}")
     wrong = probes.wrong_finite_answer(kernel["pae_all_finite"])
@@ -390,10 +393,11 @@ def finite_scanner() -> Optional[Scanner]:
 
 
 #: ``quant(src, dst, rows, cols, block_rows, block_cols, scales, fmt, dequant, counts, amax)``,
-#: ``amax_of(src, rows, cols, block_rows, block_cols, amax)`` and ``quant_scaled(src, dst, rows,
-#: cols, block_rows, block_cols, scales_out, fmt, epsilon, pow2, dequant, counts, amax)``: see
-#: ``pae_fp8_quant`` and the functions after it in the C file.
-Fp8Kernel = Tuple[Callable[..., int], Callable[..., int], Callable[..., int]]
+#: ``amax_of(src, rows, cols, block_rows, block_cols, amax)``, ``quant_scaled(src, dst, rows,
+#: cols, block_rows, block_cols, scales_out, fmt, epsilon, pow2, dequant, counts, amax)`` and
+#: ``quant_cols(src, dst, rows, cols, block_rows, scales_out, fmt, epsilon, pow2, dequant, counts,
+#: amax)`` (blocks one column wide): see ``pae_fp8_quant`` and the functions after it in the C file.
+Fp8Kernel = Tuple[Callable[..., int], Callable[..., int], Callable[..., int], Callable[..., int]]
 
 
 def fp8_kernel() -> Optional[Fp8Kernel]:
@@ -402,7 +406,7 @@ def fp8_kernel() -> Optional[Fp8Kernel]:
     (so None where that is)."""
     kernel = _result()[0]
     return None if kernel is None else (kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"],
-                                         kernel["pae_fp8_quant_scaled"])
+                                         kernel["pae_fp8_quant_scaled"], kernel["pae_fp8_quant_cols"])
 
 
 def vector_bits(limit: int = 0) -> Optional[int]:

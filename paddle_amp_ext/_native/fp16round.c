@@ -23,7 +23,7 @@
  * read once (AVX2 where the CPU has it); the rehearsal's non-finite checks use it instead of a
  * reduction kernel and a host read.
  *
- * pae_fp8_quant, pae_fp8_block_amax, pae_fp8_quant_scaled (at the end of this file): the FP8
+ * pae_fp8_quant, pae_fp8_block_amax, pae_fp8_quant_scaled, pae_fp8_quant_cols (at the end of this file): the FP8
  * rehearsal's e4m3fn/e5m2 rounding with CUDA's saturation, counting and amax in one pass.
  */
 #include <stdint.h>
@@ -245,6 +245,7 @@ int pae_vector_bits(int limit) {
  */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 typedef struct {
     uint32_t shift, half_minus_one, keep, threshold_bits, flush_bits;
@@ -271,39 +272,51 @@ static int pae_fp8_spec_of(int fmt, pae_fp8_spec *s) {
 
 typedef struct { int64_t saturated, flushed; int32_t amax; } pae_fp8_tally;
 
+/* The loop over src[0..n): each value times SCALE_AT(i), rounded, multiplied by INVERSE_AT(i)
+ * (1.0f: exact) into dst, counted, its |x| kept in top. One text for both bodies below. */
+#define PAE_FP8_LOOP(SCALE_AT, INVERSE_AT)                                                              \
+    const int32_t abs_mask = (int32_t)PAE_ABS, inf = (int32_t)PAE_INF;                                 \
+    const int32_t half = (int32_t)s->half_minus_one, keep = (int32_t)s->keep, shift = (int32_t)s->shift; \
+    const int32_t threshold = (int32_t)s->threshold_bits, flush = (int32_t)s->flush_bits;             \
+    const float magic = s->magic, min_normal = s->min_normal, max = s->max;                            \
+    int32_t saturated = 0, flushed = 0;  /* n < 2**31 (the driver's runs are) */                       \
+    for (int64_t i = 0; i < n; i++) {                                                                  \
+        int32_t xb = src[i], xa = xb & abs_mask, yb, ya, r;                                            \
+        int32_t xm = xa > inf ? 0 : xa;  /* NaN ignored, as fmaxf */                                   \
+        top = xm > top ? xm : top;                                                                     \
+        float x, y, size, normal, out;                                                                 \
+        memcpy(&x, &xb, sizeof x);                                                                     \
+        y = x * (SCALE_AT);                                                                            \
+        memcpy(&yb, &y, sizeof yb);                                                                    \
+        ya = yb & abs_mask;                                                                            \
+        memcpy(&size, &ya, sizeof size);                                                               \
+        r = (int32_t)(((uint32_t)ya + (uint32_t)half + (uint32_t)((ya >> shift) & 1)) & (uint32_t)keep); \
+        memcpy(&normal, &r, sizeof normal);                                                            \
+        out = size >= min_normal ? normal : (size + magic) - magic;  /* NaN: the second, kept NaN */   \
+        out = out > max ? max : out;  /* SATFINITE; NaN compares false: kept */                        \
+        memcpy(&r, &out, sizeof r);                                                                    \
+        r |= yb & ~abs_mask;  /* the sign, also of a zero */                                           \
+        memcpy(&out, &r, sizeof out);                                                                  \
+        out *= (INVERSE_AT);                                                                           \
+        memcpy(dst + i, &out, sizeof out);                                                             \
+        saturated += (ya > threshold) & (ya <= inf);                                                   \
+        flushed += (ya != 0) & (ya <= flush);                                                          \
+    }                                                                                                  \
+    pae_fp8_tally t = {saturated, flushed, top};                                                       \
+    return t;
+
 /* One block run: src[0..n) scaled, rounded, multiplied by inverse (1.0f: exact) into dst. */
 static inline __attribute__((always_inline)) pae_fp8_tally pae_fp8_body(
         const int32_t *restrict src, int32_t *restrict dst, int64_t n, float scale, float inverse,
         const pae_fp8_spec *restrict s, int32_t top) {
-    const int32_t abs_mask = (int32_t)PAE_ABS, inf = (int32_t)PAE_INF;
-    const int32_t half = (int32_t)s->half_minus_one, keep = (int32_t)s->keep, shift = (int32_t)s->shift;
-    const int32_t threshold = (int32_t)s->threshold_bits, flush = (int32_t)s->flush_bits;
-    const float magic = s->magic, min_normal = s->min_normal, max = s->max;
-    int32_t saturated = 0, flushed = 0;  /* n < 2**31 (the driver's runs are) */
-    for (int64_t i = 0; i < n; i++) {
-        int32_t xb = src[i], xa = xb & abs_mask, yb, ya, r;
-        int32_t xm = xa > inf ? 0 : xa;  /* NaN ignored, as fmaxf */
-        top = xm > top ? xm : top;
-        float x, y, size, normal, out;
-        memcpy(&x, &xb, sizeof x);
-        y = x * scale;
-        memcpy(&yb, &y, sizeof yb);
-        ya = yb & abs_mask;
-        memcpy(&size, &ya, sizeof size);
-        r = (int32_t)(((uint32_t)ya + (uint32_t)half + (uint32_t)((ya >> shift) & 1)) & (uint32_t)keep);
-        memcpy(&normal, &r, sizeof normal);
-        out = size >= min_normal ? normal : (size + magic) - magic;  /* NaN: the second, kept NaN */
-        out = out > max ? max : out;  /* SATFINITE; NaN compares false: kept */
-        memcpy(&r, &out, sizeof r);
-        r |= yb & ~abs_mask;  /* the sign, also of a zero */
-        memcpy(&out, &r, sizeof out);
-        out *= inverse;
-        memcpy(dst + i, &out, sizeof out);
-        saturated += (ya > threshold) & (ya <= inf);
-        flushed += (ya != 0) & (ya <= flush);
-    }
-    pae_fp8_tally t = {saturated, flushed, top};
-    return t;
+    PAE_FP8_LOOP(scale, inverse)
+}
+
+/* A row in column blocks: value i times scale[i], its rounding times inverse[i]. */
+static inline __attribute__((always_inline)) pae_fp8_tally pae_fp8_body_cols(
+        const int32_t *restrict src, int32_t *restrict dst, int64_t n, const float *restrict scale,
+        const float *restrict inverse, const pae_fp8_spec *restrict s, int32_t top) {
+    PAE_FP8_LOOP(scale[i], inverse[i])
 }
 
 static inline __attribute__((always_inline)) int32_t pae_amax_body(const int32_t *restrict src, int64_t n, int32_t top) {
@@ -320,6 +333,18 @@ static pae_fp8_tally pae_fp8_plain(const int32_t *src, int32_t *dst, int64_t n, 
     return pae_fp8_body(src, dst, n, scale, inverse, s, top);
 }
 static int32_t pae_amax_plain(const int32_t *src, int64_t n, int32_t top) { return pae_amax_body(src, n, top); }
+static pae_fp8_tally pae_fp8_cols_plain(const int32_t *src, int32_t *dst, int64_t n, const float *scale,
+                                        const float *inverse, const pae_fp8_spec *s, int32_t top) {
+    return pae_fp8_body_cols(src, dst, n, scale, inverse, s, top);
+}
+/* The NaN-ignoring max of |src[i]| into top[i] (bit patterns: their integer order is the float order). */
+static void pae_col_amax(const int32_t *restrict src, int32_t *restrict top, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        int32_t xa = src[i] & (int32_t)PAE_ABS;
+        xa = xa > (int32_t)PAE_INF ? 0 : xa;
+        top[i] = xa > top[i] ? xa : top[i];
+    }
+}
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 __attribute__((target("avx2")))
@@ -333,6 +358,16 @@ static pae_fp8_tally pae_fp8_avx512(const int32_t *src, int32_t *dst, int64_t n,
     return pae_fp8_body(src, dst, n, scale, inverse, s, top);
 }
 __attribute__((target("avx2")))
+static pae_fp8_tally pae_fp8_cols_avx2(const int32_t *src, int32_t *dst, int64_t n, const float *scale,
+                                       const float *inverse, const pae_fp8_spec *s, int32_t top) {
+    return pae_fp8_body_cols(src, dst, n, scale, inverse, s, top);
+}
+__attribute__((target("avx512f")))
+static pae_fp8_tally pae_fp8_cols_avx512(const int32_t *src, int32_t *dst, int64_t n, const float *scale,
+                                         const float *inverse, const pae_fp8_spec *s, int32_t top) {
+    return pae_fp8_body_cols(src, dst, n, scale, inverse, s, top);
+}
+__attribute__((target("avx2")))
 static int32_t pae_amax_avx2(const int32_t *src, int64_t n, int32_t top) { return pae_amax_body(src, n, top); }
 __attribute__((target("avx512f")))
 static int32_t pae_amax_avx512(const int32_t *src, int64_t n, int32_t top) { return pae_amax_body(src, n, top); }
@@ -342,6 +377,8 @@ static int32_t pae_amax_avx512(const int32_t *src, int64_t n, int32_t top) { ret
 
 typedef pae_fp8_tally (*pae_fp8_fn)(const int32_t *, int32_t *, int64_t, float, float, const pae_fp8_spec *, int32_t);
 typedef int32_t (*pae_amax_fn)(const int32_t *, int64_t, int32_t);
+typedef pae_fp8_tally (*pae_fp8_cols_fn)(const int32_t *, int32_t *, int64_t, const float *, const float *,
+                                         const pae_fp8_spec *, int32_t);
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #define PAE_CSR_SAVE unsigned int pae_csr = _mm_getcsr(); _mm_setcsr(pae_csr & ~PAE_MXCSR_FTZ_DAZ)
@@ -352,11 +389,15 @@ static pae_fp8_fn pae_fp8_pick(void) {
 static pae_amax_fn pae_amax_pick(void) {
     return avx512() ? pae_amax_avx512 : (avx2() && width_cap >= 256) ? pae_amax_avx2 : pae_amax_plain;
 }
+static pae_fp8_cols_fn pae_fp8_cols_pick(void) {
+    return avx512() ? pae_fp8_cols_avx512 : (avx2() && width_cap >= 256) ? pae_fp8_cols_avx2 : pae_fp8_cols_plain;
+}
 #else
 #define PAE_CSR_SAVE do {} while (0)
 #define PAE_CSR_RESTORE do {} while (0)
 static pae_fp8_fn pae_fp8_pick(void) { return pae_fp8_plain; }
 static pae_amax_fn pae_amax_pick(void) { return pae_amax_plain; }
+static pae_fp8_cols_fn pae_fp8_cols_pick(void) { return pae_fp8_cols_plain; }
 #endif
 
 #define PAE_RUN ((int64_t)1 << 30)
@@ -405,22 +446,14 @@ int pae_fp8_block_amax(const float *src, int64_t rows, int64_t cols, int64_t br,
     return 0;
 }
 
-/* pae_fp8_quant_scaled: pae_fp8_block_amax, then each block's scale from its amax as Paddle's
- * ScaleWrapper computes it (fp8_quant_blockwise_kernel.cu; paddle_amp_ext/fp8/kernels.py
- * scale_from_amax): max / fmaxf(amax, epsilon) in float32, 1 when that is 0, 2**127 (pow2) or
- * 0x1.FEp127 when the quotient is inf, only its exponent bits with pow2; written to scale, then
- * pae_fp8_quant with those scales. One call where three took three. */
-int pae_fp8_quant_scaled(const float *src, float *dst, int64_t rows, int64_t cols, int64_t br, int64_t bc,
-                         float *scale, int fmt, float epsilon, int pow2, int dequant, int64_t *counts, float *amax) {
-    pae_fp8_spec s;
-    if (pae_fp8_spec_of(fmt, &s) != 0 || pae_fp8_block_amax(src, rows, cols, br, bc, scale) != 0) return -1;
-    int64_t blocks = ((rows + br - 1) / br) * ((cols + bc - 1) / bc);
-    for (int64_t k = 0; k < blocks; k++) {
+/* Each of scale[0..n) (an amax) replaced by its scale as Paddle's ScaleWrapper computes it. */
+static void pae_scale_wrapper(float *scale, int64_t n, const pae_fp8_spec *s, float epsilon, int pow2) {
+    for (int64_t k = 0; k < n; k++) {
         float m = scale[k] > epsilon ? scale[k] : epsilon, f;
         if (m == 0.0f) {
             f = 1.0f;
         } else {
-            f = s.max / m;
+            f = s->max / m;
             if (f == (float)INFINITY) f = pow2 ? 0x1p127f : 0x1.FEp127f;
             if (pow2) {
                 uint32_t b;
@@ -431,6 +464,56 @@ int pae_fp8_quant_scaled(const float *src, float *dst, int64_t rows, int64_t col
         }
         scale[k] = f;
     }
+}
+
+/* pae_fp8_quant_scaled: pae_fp8_block_amax, then each block's scale from its amax as Paddle's
+ * ScaleWrapper computes it (fp8_quant_blockwise_kernel.cu; paddle_amp_ext/fp8/kernels.py
+ * scale_from_amax): max / fmaxf(amax, epsilon) in float32, 1 when that is 0, 2**127 (pow2) or
+ * 0x1.FEp127 when the quotient is inf, only its exponent bits with pow2; written to scale, then
+ * pae_fp8_quant with those scales. One call where three took three. */
+int pae_fp8_quant_scaled(const float *src, float *dst, int64_t rows, int64_t cols, int64_t br, int64_t bc,
+                         float *scale, int fmt, float epsilon, int pow2, int dequant, int64_t *counts, float *amax) {
+    pae_fp8_spec s;
+    if (pae_fp8_spec_of(fmt, &s) != 0 || pae_fp8_block_amax(src, rows, cols, br, bc, scale) != 0) return -1;
+    pae_scale_wrapper(scale, ((rows + br - 1) / br) * ((cols + bc - 1) / bc), &s, epsilon, pow2);
     return pae_fp8_quant(src, dst, rows, cols, br, bc, scale, fmt, dequant, counts, amax);
+}
+
+/* pae_fp8_quant_cols: pae_fp8_quant_scaled for blocks of br rows x 1 column (a scale per column
+ * of each band of br rows; scale is [ceil(rows/br), cols]), a row at a time: no call per value
+ * (the generic loop makes one for blocks one column wide). What the blockwise recipe's weight
+ * gradient needs, 1x128 blocks along the tokens, without transposing. Returns 0, or -1 for an
+ * unknown format, br <= 0 or no memory (nothing counted). */
+int pae_fp8_quant_cols(const float *src, float *dst, int64_t rows, int64_t cols, int64_t br, float *scale,
+                       int fmt, float epsilon, int pow2, int dequant, int64_t *counts, float *amax) {
+    pae_fp8_spec s;
+    if (pae_fp8_spec_of(fmt, &s) != 0 || br <= 0) return -1;
+    float *inverse = malloc((size_t)(cols > 0 ? cols : 1) * sizeof(float));
+    if (inverse == NULL) return -1;
+    pae_fp8_cols_fn run = pae_fp8_cols_pick();
+    int32_t top = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += br) {
+        int64_t r1 = rows - r0 < br ? rows : r0 + br;
+        float *band = scale + (r0 / br) * cols;
+        memset(band, 0, (size_t)cols * sizeof(float));
+        for (int64_t r = r0; r < r1; r++) pae_col_amax((const int32_t *)(src + r * cols), (int32_t *)band, cols);
+        pae_scale_wrapper(band, cols, &s, epsilon, pow2);
+        PAE_CSR_SAVE;  /* before the inverses: 1 / 2**127 is a subnormal that FTZ would flush */
+        for (int64_t c = 0; c < cols; c++) inverse[c] = dequant ? 1.0f / band[c] : 1.0f;
+        for (int64_t r = r0; r < r1; r++) {
+            for (int64_t at = 0; at < cols; at += PAE_RUN) {
+                int64_t n = cols - at < PAE_RUN ? cols - at : PAE_RUN;  /* the tally's int32 counts */
+                pae_fp8_tally t = run((const int32_t *)(src + r * cols + at), (int32_t *)(dst + r * cols + at), n,
+                                      band + at, inverse + at, &s, top);
+                counts[0] += t.saturated;
+                counts[1] += t.flushed;
+                top = t.amax;
+            }
+        }
+        PAE_CSR_RESTORE;
+    }
+    free(inverse);
+    memcpy(amax, &top, sizeof top);
+    return 0;
 }
 

@@ -93,10 +93,12 @@ def _same(got: List[float], wanted: List[float]) -> bool:
                for g, w in zip(got, wanted))
 
 
-def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int], quant_scaled: Callable[..., int]) -> str:
+def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int], quant_scaled: Callable[..., int],
+                     quant_cols: Callable[..., int]) -> str:
     """'' when the FP8 kernel rounds, counts and finds the amax of each format's probe (alone and
     repeated to :data:`TILED` values, so the vector loops and the tail both see every value), and
-    the block amax and dequantizing scales agree, else what it got wrong."""
+    the block amax and dequantizing scales agree, and column blocks give the transposed row
+    blocks' values, else what it got wrong."""
     for fmt in (0, 1):
         values, expected, (sat, flush) = fp8_probe(fmt)
         repeat = -(-TILED // len(values))
@@ -134,6 +136,33 @@ def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int], qua
                      pow2, 0, ctypes.addressof(counts), ctypes.addressof(amax))
         if list(scales) != [ctypes.c_float(w).value for w in want]:
             return f"scales (pow2={pow2}): {list(scales)} != {want}"
+    return _wrong_columns(quant_scaled, quant_cols)
+
+
+def _wrong_columns(quant_scaled: Callable[..., int], quant_cols: Callable[..., int]) -> str:
+    """'' when a 3 x 19 array in column blocks of 2 rows (a partial band, NaN, inf, a subnormal)
+    gives, with its counts and amax, what its transpose in 1x2 blocks gives, else what differs."""
+    rows, cols = 3, 19
+    values = [((i * 37) % 23 - 11) * 2.0 ** ((i % 9) - 4) for i in range(rows * cols)]
+    values[5], values[20], values[33] = float("nan"), float("inf"), 1e-45
+    src, dst = (ctypes.c_float * (rows * cols))(*values), (ctypes.c_float * (rows * cols))()
+    flipped = (ctypes.c_float * (rows * cols))(*[values[r * cols + c] for c in range(cols) for r in range(rows)])
+    want = (ctypes.c_float * (rows * cols))()
+    got_scales, want_scales = (ctypes.c_float * (2 * cols))(), (ctypes.c_float * (cols * 2))()
+    counts, want_counts = (ctypes.c_int64 * 2)(), (ctypes.c_int64 * 2)()
+    amax, want_amax = (ctypes.c_float * 1)(), (ctypes.c_float * 1)()
+    for fmt in (0, 1):
+        counts[0] = counts[1] = want_counts[0] = want_counts[1] = 0
+        if quant_cols(ctypes.addressof(src), ctypes.addressof(dst), rows, cols, 2, ctypes.addressof(got_scales), fmt,
+                      0.0, 1, 1, ctypes.addressof(counts), ctypes.addressof(amax)) != 0:
+            return f"columns, format {fmt}: refused"
+        quant_scaled(ctypes.addressof(flipped), ctypes.addressof(want), cols, rows, 1, 2, ctypes.addressof(want_scales),
+                     fmt, 0.0, 1, 1, ctypes.addressof(want_counts), ctypes.addressof(want_amax))
+        got = [dst[r * cols + c] for c in range(cols) for r in range(rows)]
+        scales = [got_scales[b * cols + c] for c in range(cols) for b in range(2)]
+        if (not _same(got, list(want)) or scales != list(want_scales) or list(counts) != list(want_counts)
+                or amax[0] != want_amax[0]):
+            return f"columns, format {fmt}: {got} scales {scales} counts {list(counts)} amax {amax[0]}"
     return ""
 
 

@@ -163,8 +163,14 @@ def quantize_into(x: np.ndarray, block: Tuple[int, int], scales: Optional[np.nda
         counts, amax = (ctypes.c_int64 * 2)(), ctypes.c_float()  # zeroed; passed as pointers
         if scales is None:  # the kernel writes them
             found = (ctypes.c_float * (grid[0] * grid[1]))()
-            kernel[2](src, dst, x.shape[0], x.shape[1], block[0], block[1], found, FORMAT_CODES[spec.name],
-                      epsilon, int(pow2), int(dequant), counts, ctypes.byref(amax))
+            if block[1] == 1 and block[0] > 1:  # column blocks: a row at a time, not a call per value
+                done = kernel[3](src, dst, x.shape[0], x.shape[1], block[0], found, FORMAT_CODES[spec.name],
+                                 epsilon, int(pow2), int(dequant), counts, ctypes.byref(amax))
+            else:
+                done = kernel[2](src, dst, x.shape[0], x.shape[1], block[0], block[1], found, FORMAT_CODES[spec.name],
+                                 epsilon, int(pow2), int(dequant), counts, ctypes.byref(amax))
+            if done != 0:
+                raise MemoryError(f"the FP8 kernel could not quantize a {list(x.shape)} array in blocks of {block}")
             scales = np.frombuffer(found, np.float32).reshape(grid)
         else:
             kernel[0](src, dst, x.shape[0], x.shape[1], block[0], block[1], scales.ctypes.data,

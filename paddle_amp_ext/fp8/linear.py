@@ -111,7 +111,7 @@ class _LayerState:
         r = self.recipe
         self.formats = {role: fp8_format(r.grad_fmt if role == "output_grad" else r.fmt) for role in ROLES}
         self.epsilon, self.pow2 = float(r.epsilon), bool(r.pow2)
-        self.blocks = {"rows": (1, BLOCK), "rows_quiet": (1, BLOCK), "tiles": (BLOCK, BLOCK)} if (
+        self.blocks = {"rows": (1, BLOCK), "tiles": (BLOCK, BLOCK), "columns_quiet": (BLOCK, 1)} if (
             r.scaling == "blockwise") else None  # None: one scale per tensor
         self.delayed = r.scaling == "delayed"
         self.buffers = BufferPool()
@@ -120,10 +120,11 @@ class _LayerState:
                 ) -> paddle.Tensor:
         """``a`` [R, C] (C-contiguous float32) as the recipe stores it, back in float32, written
         into ``out`` (a tensor and a view of its memory, :mod:`._buffers`; ``a`` may be that
-        view: quantized in place). ``along``: ``"rows"`` (1x128 blocks along C),
-        ``"rows_quiet"`` (the same, not recorded: the second quantization of a tensor in a
-        step) or ``"tiles"`` (128x128); ``address``: ``a``'s first value's, where known. One
-        call of the compiled kernel finds the amax, the scales, rounds and counts (:mod:`.blocks`)."""
+        view: quantized in place). ``along``: ``"rows"`` (1x128 blocks along C), ``"tiles"``
+        (128x128) or ``"columns_quiet"`` (128x1 blocks along R, not recorded: the second
+        quantization of a tensor in a step); ``address``: ``a``'s first value's, where known.
+        One call of the compiled kernel finds the amax, the scales, rounds and counts
+        (:mod:`.blocks`)."""
         spec = self.formats[role]
         block = self.blocks[along] if self.blocks is not None else (max(a.shape[0], 1), max(a.shape[1], 1))
         if self.delayed:
@@ -135,7 +136,7 @@ class _LayerState:
             done = quantize_into(a, block, scales, spec, out[1], True, self.epsilon, self.pow2, fp8_kernel(), both)
         else:
             done = Quantized(out[1], 0, 0, 0.0, scales)
-        if self.stats is not None and along != "rows_quiet":  # one record per tensor and step
+        if self.stats is not None and along != "columns_quiet":  # one record per tensor and step
             self.stats.add_counts(self.name, role, spec.name, done.saturated, done.flushed, a.size, done.amax,
                                   done.scales)
         if self.delayed:
@@ -147,22 +148,12 @@ class _LayerState:
                 self.scale[role] = _delayed_scale(top, self.epsilon, self.pow2, spec.name, r.margin)
         return as_tensor(out)
 
-    def transposed(self, a: np.ndarray, slot: str) -> Buffer:
-        """``a.T`` copied into the pool's ``slot`` tensor."""
-        out = self.buffers.take(slot, (a.shape[1], a.shape[0]))
-        np.copyto(out[1], a.T)
-        return out
-
 
 @functools.lru_cache(maxsize=4096)
 def _delayed_scale(top: float, epsilon: float, pow2: bool, fmt: str, margin: int) -> np.float32:
     """The delayed recipe's scale from the history's largest amax (the history's top changes
     seldom: looked up, not recomputed, on most steps)."""
     return np.float32(scale_from_amax(np.float32(top), epsilon, pow2, fmt) / np.float32(2.0**margin))
-
-
-def _address(buffer: Buffer) -> Optional[int]:
-    return None if buffer[0] is None else buffer[0].data_ptr()
 
 
 def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False):
@@ -179,8 +170,8 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
     numpy's threaded BLAS ran 40 times slower next to Paddle's threads on a busy machine). The
     operands are read through views of the tensors' memory inside each call, the quantized ones
     written into the layer's reused tensors (:mod:`._buffers`); what the backward needs of ``x``
-    is kept in one of those (the quantized ``x``, or for blockwise ``x`` transposed, quantized
-    along the tokens in the backward)."""
+    is kept in one of those (the quantized ``x``; for blockwise ``x`` quantized in 128x1 blocks
+    too, along the tokens that the weight gradient's GEMM contracts)."""
 
     @staticmethod
     def forward(ctx, x, weight, *bias_and_state):  # noqa: D102
@@ -201,8 +192,11 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
         ctx.wanted = [not t.stop_gradient for t in (x, weight, *bias)]
         ctx.state, ctx.wq, ctx.shape, ctx.has_bias = state, wq, shape, bool(bias)
         # per-tensor recipes quantize x the same way whichever dimension a GEMM contracts;
-        # blockwise quantizes it again along the tokens for dw (a copy: x may change after this call)
-        ctx.x = (state.transposed(x2, "input_t") if ctx.wanted[1] else None) if blockwise else xq
+        # blockwise quantizes it again along the tokens for dw, now (x may change after this call)
+        ctx.x = xq
+        if blockwise:
+            ctx.x = state.dequant(x2, "input", "columns_quiet", take("input_columns", x2.shape), x_at) if (
+                ctx.wanted[1]) else None
         ctx.dtypes = (x.dtype, weight.dtype)
         if len(shape) != 2:
             y = y.reshape(shape[:-1] + [w.shape[1]])
@@ -222,11 +216,9 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
             grads[0] = (dx if len(ctx.shape) == 2 else dx.reshape(ctx.shape)).astype(ctx.dtypes[0])
         if wanted[1]:
             if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
-                # into a tensor of its own: ctx.x stays as it was (Paddle may run a backward again)
-                xt = state.dequant(ctx.x[1], "input", "rows_quiet", state.buffers.take("input_tq", ctx.x[1].shape),
-                                   _address(ctx.x))
-                gt = state.transposed(g, "output_grad_t")
-                dw = _matmul(xt, state.dequant(gt[1], "output_grad", "rows_quiet", gt, _address(gt)), transpose_y=True)
+                columns = state.buffers.take("output_grad_columns", g.shape)
+                gc = state.dequant(g, "output_grad", "columns_quiet", columns, g_at)
+                dw = _matmul(ctx.x, gc, transpose_x=True)
             else:  # one scale per tensor: the quantized x and dy of the other GEMMs
                 dw = _matmul(ctx.x, gq, transpose_x=True)
             grads[1] = dw.astype(ctx.dtypes[1])

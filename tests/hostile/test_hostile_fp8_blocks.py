@@ -156,3 +156,40 @@ def test_quant_blocks_hostile_shapes_and_dtypes():
     assert quant_blocks(np.arange(256, dtype=np.int64).reshape(1, 256), True)[0][0, 255] == 256.0
     with pytest.raises(ValueError, match=r"expected a 2-D array. Received shape \[128\]"):
         quant_blocks(np.ones(128, np.float32), True)
+
+
+@pytest.mark.parametrize("use_native", PATHS)
+@pytest.mark.parametrize("shape", [(64, 256), (300, 130), (1, 5), (129, 7), (0, 4), (4, 0)])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+def test_column_blocks_are_the_transposed_row_blocks(shape, fmt, use_native):
+    """Blocks of 128 rows x 1 column (the blockwise weight gradient's, along the tokens; the
+    compiled kernel's pae_fp8_quant_cols) give the values, scales, counts and amax of the
+    transposed array in 1x128 blocks: shapes not multiples of 128, NaN, inf, a subnormal, empty."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(shape) * np.exp(rng.uniform(-20, 20, shape))).astype(np.float32)
+    if x.size > 8:
+        x.flat[3], x.flat[7], x.flat[8] = np.nan, -np.inf, 1e-45
+    for pow2 in (True, False):
+        got = quantize_blocks(x, (128, 1), None, fmt, epsilon=1e-3, pow2=pow2, use_native=use_native)
+        want = quantize_blocks(x.T, (1, 128), None, fmt, epsilon=1e-3, pow2=pow2, use_native=use_native)
+        assert np.array_equal(got.values.T, want.values, equal_nan=True)
+        assert np.array_equal(np.signbit(got.values.T), np.signbit(want.values))
+        assert np.array_equal(got.scales.T, want.scales) and got[1:4] == want[1:4]
+
+
+def test_the_load_probe_refuses_a_column_kernel_that_answers_wrongly():
+    from paddle_amp_ext._native import fp8_kernel, probes
+
+    kernel = fp8_kernel()
+    if kernel is None:
+        pytest.skip("no compiled FP8 kernel here")
+    assert probes.wrong_fp8_answer(*kernel) == ""
+
+    def writes_nothing(*args):
+        return 0
+
+    def refuses(*args):
+        return -1
+
+    assert probes.wrong_fp8_answer(*kernel[:3], writes_nothing).startswith("columns, format 0: [")
+    assert probes.wrong_fp8_answer(*kernel[:3], refuses) == "columns, format 0: refused"
