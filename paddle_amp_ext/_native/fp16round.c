@@ -467,7 +467,7 @@ static void pae_scale_wrapper(float *scale, int64_t n, const pae_fp8_spec *s, fl
 }
 
 /* pae_fp8_quant_scaled: pae_fp8_block_amax, then each block's scale from its amax as Paddle's
- * ScaleWrapper computes it (fp8_quant_blockwise_kernel.cu; paddle_amp_ext/fp8/kernels.py
+ * ScaleWrapper computes it (fp8_quant_blockwise_kernel.cu; paddle_amp_ext/fp8/blocks.py
  * scale_from_amax): max / fmaxf(amax, epsilon) in float32, 1 when that is 0, 2**127 (pow2) or
  * 0x1.FEp127 when the quotient is inf, only its exponent bits with pow2; written to scale, then
  * pae_fp8_quant with those scales. One call where three took three. */
