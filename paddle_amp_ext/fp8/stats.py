@@ -15,6 +15,7 @@ steps are kept; older ones live on in one running reduction per layer and tensor
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import os
 import threading

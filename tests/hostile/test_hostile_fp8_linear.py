@@ -168,3 +168,23 @@ def test_threads_share_one_layer_without_mixing_their_buffers():
             t.join()
     for a, b in zip(got, want):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("scales, low, high", [
+    (np.array([2.0], np.float32), 2.0, 2.0),
+    (np.array([[np.inf]], np.float32), None, None),
+    (np.array([np.nan], np.float32), None, None),
+    (np.array([4.0, np.inf, 0.5, np.nan], np.float32), 0.5, 4.0),
+    (np.array([-np.inf, 3.0], np.float32), 3.0, 3.0),
+    (np.zeros((0, 0), np.float32), None, None),
+    (np.full((2, 3), 8.0, np.float32), 8.0, 8.0),
+])
+def test_add_counts_keeps_the_finite_scales_range(scales, low, high):
+    stats = Fp8Stats()
+    stats.add_counts("0", "input", "e4m3fn", 1, 0, 4, 3.0, scales)
+    record = stats.records[-1]
+    if low is None:
+        assert np.isnan(record.scale_min) and np.isnan(record.scale_max)
+    else:
+        assert (record.scale_min, record.scale_max) == (low, high)
+    assert (record.saturated, record.amax) == (0.25, 3.0)
