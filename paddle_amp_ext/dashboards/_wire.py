@@ -13,9 +13,16 @@ _PACK_FLOAT32 = struct.Struct("<f").pack
 _INF32, _NEG_INF32 = _PACK_FLOAT32(math.inf), _PACK_FLOAT32(-math.inf)
 
 
+#: the varints of 0..127: one byte each (lengths, small steps, field keys)
+_SHORT = [bytes((n,)) for n in range(128)]
+_PACK_U16 = struct.Struct("<H").pack
+
+
 def varint(value: int) -> bytes:
     """``value`` as protobuf's varint: a negative int as its 64-bit two's complement (10 bytes), as
     protobuf encodes an int64 (so this always ends); only the low 64 bits of a larger int are kept."""
+    if 0 <= value < 0x4000:  # hot (every length, and a step below 16384): one or two bytes, no loop
+        return _SHORT[value] if value < 0x80 else _PACK_U16((value & 0x7F | 0x80) | (value >> 7) << 8)
     value &= _UINT64
     out = bytearray()
     while True:

@@ -94,19 +94,18 @@ class EventEncoder:
     """
 
     def __init__(self) -> None:
-        self._tags: dict = {}  # tag -> the Value's tag field and simple_value key
+        self._tags: dict = {}  # tag -> the Value's field key and length, tag field and simple_value key
 
     def _tag(self, tag: str) -> bytes:
         raw = tag.encode("utf-8")
         field = b"\x0a" + varint(len(raw)) + raw + b"\x15"
-        self._tags[tag] = field
-        return field
+        value = self._tags[tag] = b"\x0a" + varint(len(field) + 4) + field
+        return value
 
     def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> bytes:
         tags, parts = self._tags, []
         for tag, value in values:
-            field = tags.get(tag) or self._tag(tag)
-            parts.append(b"\x0a" + varint(len(field) + 4) + field + float32_bytes(value))
+            parts += (tags.get(tag) or self._tag(tag), float32_bytes(value))
         summary = b"".join(parts)
         head = b"\x09" + _DOUBLE(walltime_ms / 1000) if walltime_ms else b""
         if step:

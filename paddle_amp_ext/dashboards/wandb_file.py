@@ -48,11 +48,7 @@ MIN_CONSUMER = "0.70.0"
 _ID_CHARS = string.ascii_lowercase + string.digits
 _PACK_CHUNK = struct.Struct("<IHB").pack
 _FULL_SEED = zlib.crc32(bytes((_FULL,)))
-_SHORT = [bytes((n,)) for n in range(128)]  # a varint below 128: one byte
-
-
-def _varint(value: int) -> bytes:
-    return _SHORT[value] if 0 <= value < 128 else varint(value)
+_varint = varint  # the name this module had
 
 
 def frame(data: bytes, offset: int) -> bytes:

@@ -178,9 +178,9 @@ _LOSS, _LOSS_SCALE, _LOG2_LOSS_SCALE = metrics.LOSS.name, metrics.LOSS_SCALE.nam
 _SKIPPED_STEPS, _GRAD_NORM, _LR = metrics.SKIPPED_STEPS.name, metrics.GRAD_NORM.name, metrics.LR.name
 
 
-def scale_rows(loss_scale: float) -> List[Row]:
+def scale_rows(loss_scale: float) -> Tuple[Row, Row]:
     """``amp/loss_scale`` (raw, e.g. 65536) and ``amp/log2_loss_scale`` (16) for a host scale."""
-    return [(_LOSS_SCALE, loss_scale), (_LOG2_LOSS_SCALE, math.log2(loss_scale) if loss_scale > 0 else float("-inf"))]
+    return (_LOSS_SCALE, loss_scale), (_LOG2_LOSS_SCALE, math.log2(loss_scale) if loss_scale > 0 else float("-inf"))
 
 
 #: the largest step VisualDL's ``Value.id`` (an int64) holds
@@ -260,6 +260,8 @@ class VisualDLHook(NotCopyable):
         self._out = self._outs[0] if self._outs else None  # the first backend's writer
         self._closed = False
         self._skipped = 0
+        self._scale: Any = None  # the last step's loss scale and its two rows (immutable tuples)
+        self._scale_rows: Tuple[Row, Row] = ()  # type: ignore[assignment]
         self._fp8: Optional[Fp8Stats] = None
         self._fp8_since = 0  # the position in the watched stats' run of records up to which they are written
 
@@ -295,7 +297,10 @@ class VisualDLHook(NotCopyable):
         result = event.result
         self._skipped += result.skipped
         rows: List[Row] = [] if event.loss is None else [(_LOSS, self._loss(event.loss))]
-        rows += scale_rows(result.loss_scale)
+        scale = result.loss_scale
+        if scale != self._scale or scale.__class__ is not self._scale.__class__ or not scale > 0:
+            self._scale, self._scale_rows = scale, scale_rows(scale)  # the scale changes rarely: its rows are kept
+        rows += self._scale_rows
         rows.append((_SKIPPED_STEPS, float(self._skipped)))
         if result.grad_norm is not None:
             # a DistTensor norm is Replicate: its local value is the global norm (read with no collective)

@@ -64,25 +64,31 @@ class ScalarEncoder:
     """
 
     def __init__(self) -> None:
-        self._frames: dict = {}  # (tag, len(step and timestamp fields)) -> (length and key bytes, tag field)
+        self._frames: dict = {}  # len(step and timestamp fields) -> {tag: (length and key bytes, tag field)}
+        self._wall, self._tail = 0, b"%"  # the last step's timestamp and its field (with the float's key)
 
     def _frame(self, tag: str, size: int) -> Tuple[bytes, bytes]:
         raw = tag.encode("utf-8")
         field = b"\x12" + _varint(len(raw)) + raw
         body = size + len(field) + 4
         key = b"\n" + _varint(body)
-        return struct.pack("<Q", len(key) + body) + key, field
+        parts = self._frames[size][tag] = struct.pack("<Q", len(key) + body) + key, field
+        return parts
 
     def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> bytes:
         head = b"\x08" + _varint(step) if step else b""  # proto3 leaves out zero scalars
-        tail = (b"\x18" + _varint(walltime_ms) if walltime_ms else b"") + b"%"
+        tail = self._tail
+        if walltime_ms != self._wall:  # steps of the same millisecond share it
+            self._wall, tail = walltime_ms, (b"\x18" + _varint(walltime_ms) if walltime_ms else b"") + b"%"
+            self._tail = tail
         size = len(head) + len(tail)
-        frames, out = self._frames, []
+        frames = self._frames.get(size)
+        if frames is None:
+            frames = self._frames[size] = {}
+        out: list = []
         for tag, value in values:
-            parts = frames.get((tag, size))
-            if parts is None:
-                parts = frames[(tag, size)] = self._frame(tag, size)
-            out += (parts[0], head, parts[1], tail, _float32(value))
+            key, field = frames.get(tag) or self._frame(tag, size)
+            out += (key, head, field, tail, _float32(value))
         return b"".join(out)
 
 

@@ -150,11 +150,27 @@ def test_a_step_that_is_not_an_int_is_refused_naming_its_type(tmp_path, step):
     assert series(the_file(tmp_path)) == [(4, 1.0)]
 
 
-@pytest.mark.parametrize("value", [0, 1, 127, 128, 2**63 - 1, -1, -128, -(2**63)])
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 255, 256, 16383, 16384, 2**63 - 1, -1, -128, -(2**63)])
 def test_varint_is_protobufs_int64_encoding_for_every_int(value):
     expected = record_pb2.Record.Value(id=value).SerializeToString()
     assert b"\x08" + records._varint(value) == expected if value else expected == b""
     assert records._varint(-1) == b"\xff" * 9 + b"\x01"
+
+
+def test_each_steps_loss_scale_is_recorded_when_it_changes_or_repeats(tmp_path):
+    """The hook keeps the last scale's rows: a change of value, of sign (0.0 / -0.0) or of type
+    (int / float), a NaN or a non-positive scale never reuses the previous step's rows."""
+    scales = [8.0, 8.0, 4.0, 0.0, -0.0, -0.0, math.nan, math.nan, 8, 8.0, math.inf, 2.0**-3, 2.0**-3]
+    with amp.VisualDLHook(tmp_path, run_name="") as hook:
+        for step, scale in enumerate(scales):
+            hook.on_step(StepEvent(step, None, StepResult(False, scale), 0.5, scale))
+    raw = series(the_file(tmp_path), "amp/loss_scale")
+    log2 = series(the_file(tmp_path), "amp/log2_loss_scale")
+    assert [s for s, _ in raw] == [s for s, _ in log2] == list(range(len(scales)))
+    for (_, got), want in zip(raw, scales):
+        assert (math.isnan(got) and math.isnan(want)) or (got == want and math.copysign(1, got) == math.copysign(1, want))
+    # a scale that is not > 0 (NaN too) has log2 -inf
+    assert [v for _, v in log2] == [3.0, 3.0, 2.0] + [-math.inf] * 5 + [3.0, 3.0, math.inf, -3.0, -3.0]
 
 
 # ---------------------------------------------------------------- a torn record (finding 8)
