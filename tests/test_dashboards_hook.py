@@ -15,8 +15,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from dashboard_readers import (read_swanlab, read_tensorboard, read_visualdl, read_wandb, swanlab_records,
-                               wandb_records)
+from dashboard_readers import read_swanlab, read_tensorboard, read_visualdl, read_wandb, swanlab_records, wandb_records
 from helpers import serving
 from test_visualdl import _free_port, _get, hapi_fit, train
 
