@@ -188,3 +188,91 @@ def test_swanlab_mode_disabled_runs_swanlabs_library_through_the_hook(tmp_path, 
         train(hook, steps=2)
     assert not glob.glob(str(tmp_path / "runs" / "**" / "run-*.swanlab"), recursive=True)
     assert read_visualdl(hook.logdir)[LOSS]
+
+
+class _StandIn:
+    """A stand-in SwanLab server on 127.0.0.1: the answers ``swanlab sync`` 0.10.3 needs (login,
+    project, experiment), every request kept."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                size = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(size) if size else b""
+                path = self.path.split("?")[0]
+                outer.requests.append((self.command, path, json.loads(body) if body else None))
+                run = {"cuid": "e1", "slug": "e1", "name": "exp", "state": "RUNNING",
+                       "createdAt": "2026-01-01T00:00:00.000Z"}
+                if path == "/api/login/api_key":
+                    out = {"sid": "s", "expiredAt": "2099-01-01T00:00:00.000Z", "userInfo": {"username": "u"}}
+                elif path.endswith("/experiment") or "/runs/" in path and self.command == "GET":
+                    out = run
+                elif path.startswith("/api/project/") and self.command == "GET":
+                    out = {"cuid": "p1", "name": "paddle-amp-ext", "path": "u/paddle-amp-ext",
+                           "group": {"username": "u"}, "_count": {"experiments": 0}}
+                else:
+                    out = {}
+                data = json.dumps(out).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = _answer  # noqa: N815 - http.server's names
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def metrics(self) -> dict:
+        out: dict = {}
+        for _method, path, body in self.requests:
+            if path == "/api/house/metrics":
+                for item in body["metrics"]:
+                    out.setdefault(item["key"], []).append((item["index"], item["data"]))
+        return out
+
+
+@pytest.mark.slow
+def test_swanlab_sync_uploads_a_hooks_run_to_a_loopback_server(tmp_path):
+    """``swanlab sync`` (swanlab 0.10.3's own CLI) reads a hook's run file and uploads every step,
+    the columns, the metadata and config, and the finished state to a stand-in server on 127.0.0.1."""
+    import subprocess
+    import sys
+
+    from test_visualdl import train
+
+    with amp.VisualDLHook(str(tmp_path / "runs"), report_to=["visualdl", "swanlab"], run_name="exp") as hook:
+        train(hook, steps=5)
+    (run_dir,) = glob.glob(os.path.join(hook.logdir, "run-*"))
+    server = _StandIn()
+    try:
+        env = dict(os.environ, HOME=str(tmp_path / "home"))
+        env.pop("SWANLAB_MODE", None)
+        proc = subprocess.run([sys.executable, "-m", "swanlab", "sync", "-k", "k" * 21, "-h", server.url, run_dir],
+                              capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    finally:
+        server.server.shutdown()
+    vdl = read_visualdl(hook.logdir)
+    uploaded = server.metrics()
+    assert set(uploaded) == set(vdl) and len(vdl[LOSS]) == 5
+    for tag, series in vdl.items():  # SwanLab's sync sends a non-finite value as "nan"
+        assert [(s, float(np.float32(v)) if isinstance(v, float) else v) for s, v in uploaded[tag]] == [
+            (s, v if math.isfinite(v) else "nan") for s, v in series], tag
+    (columns,) = [body for method, path, body in server.requests if path == "/api/experiment/e1/columns"]
+    assert {c["key"] for c in columns} == set(vdl)
+    assert ("PUT", "/api/project/u/paddle-amp-ext/runs/e1/state") in [(m, p) for m, p, _ in server.requests]
+    (state,) = [body for m, p, body in server.requests if p.endswith("/state")]
+    assert state["state"] == "FINISHED"
