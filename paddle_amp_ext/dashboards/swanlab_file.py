@@ -22,7 +22,11 @@ reader reads the file. This module only encodes:
 
 from __future__ import annotations
 
+import colorsys
+import math
+import numbers
 import os
+import random
 import secrets
 import string
 import struct
@@ -33,7 +37,6 @@ from typing import Dict, List, Optional, Tuple
 from .._log import warn_once
 from ._leveldb import frame
 from ._wire import varint
-from .wandb_file import json_number
 
 #: ``:SWL``, the magic 0xE1D6 little-endian, the store version 2 (what swanlab 0.10.3 reads)
 MAGIC = b":SWL" + struct.pack("<HB", 0xE1D6, 2)
@@ -75,9 +78,6 @@ def new_run_id() -> str:
 
 def new_color() -> str:
     """A run color as SwanLab picks one (``generate_color("beauty")``): a light, soft random hue."""
-    import colorsys
-    import random
-
     r, g, b = colorsys.hsv_to_rgb(random.random(), random.uniform(0.4, 0.6), random.uniform(0.85, 1.0))
     return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
 
@@ -166,11 +166,18 @@ class ScalarEncoder:
 
 
 def _as_float(value: object) -> float:
-    """``value`` as the double SwanLab stores (``float(value)``; an int past float64's range: +-inf)."""
-    text = json_number(value)  # TypeError for a value that is no real number
-    if text in ("Infinity", "-Infinity", "NaN"):
-        return float(text.replace("Infinity", "inf"))
-    return float(value)  # type: ignore[arg-type]
+    """``value`` as the double SwanLab stores (``float(value)``; an int past float64's range: +-inf).
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+    """
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"A recorded value must be a real number. Received: {value!r} "
+                        f"(of type {type(value).__name__})")
+    try:
+        return float(value)
+    except OverflowError:  # an int past float64's range
+        return math.inf if value > 0 else -math.inf
 
 
 def column(key: str) -> bytes:
