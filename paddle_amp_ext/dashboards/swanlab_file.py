@@ -33,9 +33,10 @@ import struct
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
+from zlib import crc32
 
 from .._log import warn_once
-from ._leveldb import frame
+from ._leveldb import _FULL_SEED, _PACK_CHUNK, BLOCK, frame
 from ._wire import varint
 
 #: ``:SWL``, the magic 0xE1D6 little-endian, the store version 2 (what swanlab 0.10.3 reads)
@@ -50,6 +51,7 @@ _PACK_DOUBLE = struct.Struct("<d").pack
 _ZERO = _PACK_DOUBLE(0.0)
 _START, _FINISH, _CONFIG, _METADATA = -1, -2, -3, -4
 _SCALAR_TYPE = b"\x18\x01"  # ScalarRecord.type: COLUMN_TYPE_SCALAR
+_SHORT = [bytes((n,)) for n in range(128)]  # a varint below 128: one byte
 
 
 def _len(number: int, body: bytes) -> bytes:
@@ -127,8 +129,9 @@ def header(info: RunInfo, files_dir: str, now_ms: int) -> bytes:
 
 
 class ScalarStep:
-    """One step encoded: its number, its keys and each value's ``ScalarRecord`` bytes (numbered,
-    with their column records where new, and framed at write time, by :class:`Sequence`)."""
+    """One step encoded: its number, its keys and each value's ``ScalarRecord`` as the ``scalar``
+    field of a ``Record`` (numbered, with their column records where new, and framed at write
+    time, by :class:`Sequence`)."""
 
     __slots__ = ("step", "keys", "scalars")
 
@@ -157,7 +160,7 @@ class ScalarEncoder:
             body = (keys_cache.get(key) or self._key(key)) + tail + (b"\x2a\x09\x09" + raw if raw != zero
                                                                       else b"\x2a\x00")
             keys.append(key)
-            scalars.append(body)
+            scalars.append(b"\x6a" + (_SHORT[len(body)] if len(body) < 128 else varint(len(body))) + body)
         return ScalarStep(step, keys, scalars)
 
     def _key(self, key: str) -> bytes:
@@ -227,9 +230,15 @@ class Sequence:
                     out.append(part)
                     offset += len(part)
                 num += 1
-                part = frame(b"\x08" + varint(num) + now + b"\x6a" + varint(len(scalar)) + scalar, offset)
-                out.append(part)
-                offset += len(part)
+                record = b"\x08" + (_SHORT[num] if num < 128 else varint(num)) + now + scalar
+                size = len(record)
+                if offset % BLOCK + 7 + size <= BLOCK:  # the usual case, framed inline: one full chunk
+                    out.append(_PACK_CHUNK(crc32(record, _FULL_SEED), size, 1) + record)
+                    offset += 7 + size
+                else:
+                    part = frame(record, offset)
+                    out.append(part)
+                    offset += len(part)
         return b"".join(out), (num, columns, last)
 
     def commit(self, state: tuple) -> None:
