@@ -50,6 +50,20 @@ def read_swanlab(logdir: str) -> dict:
     return out
 
 
+def swanlab_records(logdir: str) -> list:
+    """Every record of the one SwanLab offline run under ``logdir``, read with SwanLab's own reader
+    (``DataStoreReader``, the one ``swanlab sync`` uses) and record definitions."""
+    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+
+    reader = DataStoreReader()
+    reader.open(_one(os.path.join(logdir, "**", "run-*.swanlab")))
+    try:
+        return [Record.FromString(data) for data in reader]
+    finally:
+        reader.close()
+
+
 def _leveldb_records(path: str):
     """The records of a W&B transaction log file (see :func:`leveldb_payloads`)."""
     with open(path, "rb") as f:

@@ -15,7 +15,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from dashboard_readers import read_swanlab, read_tensorboard, read_visualdl, read_wandb, wandb_records
+from dashboard_readers import read_swanlab, read_tensorboard, read_visualdl, read_wandb, swanlab_records, wandb_records
 from helpers import serving
 from test_visualdl import _free_port, _get, hapi_fit, train
 
@@ -151,15 +151,15 @@ KILL_SCRIPT = textwrap.dedent('''
 
 @pytest.mark.parametrize("backend, how, status", [("tensorboard", "kill", -signal.SIGKILL),
                                                   ("tensorboard", "term", -signal.SIGTERM),
+                                                  ("swanlab", "kill", -signal.SIGKILL),
                                                   ("swanlab", "term", -signal.SIGTERM),
                                                   ("wandb", "kill", -signal.SIGKILL),
                                                   ("wandb", "term", -signal.SIGTERM),
                                                   ("tensorboard", "exit", 0), ("swanlab", "exit", 0),
                                                   ("wandb", "exit", 0)])
 def test_the_finished_steps_of_a_killed_job_are_kept(tmp_path, backend, how, status):
-    """TensorBoard and W&B: the background flusher wrote every step (a SIGKILL loses none of them);
-    SwanLab: SIGTERM finishes its run, so what it buffered reaches the disk (whole steps, the
-    device values with the host ones); a plain exit right after the last step flushes all."""
+    """TensorBoard, W&B and SwanLab: the background flusher wrote every step (a SIGKILL loses none
+    of them); a plain exit right after the last step flushes all."""
     _needs(backend)
     script = tmp_path / "train.py"
     script.write_text(KILL_SCRIPT)
@@ -173,6 +173,9 @@ def test_the_finished_steps_of_a_killed_job_are_kept(tmp_path, backend, how, sta
     if backend == "wandb":  # a run that ended without close() has no exit record: W&B syncs it as failed
         kinds = [r.WhichOneof("record_type") for r in wandb_records(str(tmp_path / "run"))]
         assert kinds[-1] == ("exit" if how == "exit" else "summary"), kinds
+    if backend == "swanlab":  # without its finish record (killed) SwanLab syncs the run as crashed
+        kinds = [r.WhichOneof("record_type") for r in swanlab_records(str(tmp_path / "run"))]
+        assert kinds[-1] == ("finish" if how == "exit" else "scalar"), kinds
 
 
 def test_run_report_to_writes_tensorboard_records(tmp_path):

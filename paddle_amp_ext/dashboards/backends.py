@@ -3,9 +3,9 @@
 ``report_to`` is a name or a list of names (a comma-separated string too, as ``run --report-to``
 takes it): ``"visualdl"`` (the default), ``"tensorboard"``, ``"swanlab"``, ``"wandb"``. Each
 backend's library is an optional extra, located here (never imported) so a missing one is named
-before a run starts. TensorBoard's event file and W&B's offline run are written without theirs
-(needed to view or upload them); W&B's own library is needed when ``WANDB_MODE`` asks for
-another mode (online: it uploads live).
+before a run starts. TensorBoard's event file and W&B's and SwanLab's offline runs are written
+without theirs (needed to view or upload them); W&B's (SwanLab's) own library is needed when
+``WANDB_MODE`` (``SWANLAB_MODE``) asks for another mode (online: it uploads live).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from . import wandb_file
+from . import swanlab_file, wandb_file
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,8 @@ class Backend:
 
     Args:
         name: the ``report_to`` name.
-        module: the library that must be installed to write (None: written without one; W&B's is
-            needed in a mode other than offline, see :func:`require`).
+        module: the library that must be installed to write (None: written without one; W&B's and
+            SwanLab's are needed in a mode other than offline, see :func:`require`).
         extra: the ``pip install 'paddle-amp-ext[EXTRA]'`` that installs it.
         local: the records are a file this package writes itself (the ``flush_secs`` bound holds
             to the operating system); False: the steps are handed to the library within the
@@ -42,7 +42,7 @@ class Backend:
 BACKENDS: Tuple[Backend, ...] = (
     Backend("visualdl", "visualdl", "visualdl", local=True),
     Backend("tensorboard", None, "tensorboard", local=True),  # the event file needs no library to be written
-    Backend("swanlab", "swanlab", "swanlab", local=False),
+    Backend("swanlab", None, "swanlab", local=True),  # the offline run file (SWANLAB_MODE=online: SwanLab's own run)
     Backend("wandb", None, "wandb", local=True),  # the offline run file too (WANDB_MODE=online: W&B's own run)
 )
 
@@ -138,6 +138,8 @@ def view_command(name: str, logdir: str, run_dir: str) -> str:
     if name == "tensorboard":
         return f"tensorboard --logdir {logdir} --host 127.0.0.1"
     if name == "swanlab":
+        if not swanlab_file.wants_own_file():  # SwanLab's own run, in SWANLAB_MODE
+            return f"swanlab sync {os.path.join(run_dir, 'run-*')} (SwanLab uploads it in SWANLAB_MODE=online)"
         return f"swanlab sync {os.path.join(run_dir, 'run-*')} (uploads it: SwanLab has no offline viewer)"
     runs = os.path.join(run_dir, "wandb")
     if not wandb_file.wants_own_file():  # W&B's own run, in WANDB_MODE
@@ -152,6 +154,8 @@ def require(name: str) -> None:
     module = spec.module
     if name == "wandb" and not wandb_file.wants_own_file():
         module = "wandb"  # WANDB_MODE=online (or shared, disabled): W&B's own run
+    if name == "swanlab" and not swanlab_file.wants_own_file():
+        module = "swanlab"  # SWANLAB_MODE=online (or local, disabled): SwanLab's own run
     if module is None:
         return
     try:
@@ -162,5 +166,8 @@ def require(name: str) -> None:
         what = "VisualDL hooks need VisualDL" if name == "visualdl" else f"report_to={name!r} needs {module}"
         if name == "wandb":
             what += (f" with WANDB_MODE={os.environ.get('WANDB_MODE')!r} (unset it for the offline run, written "
+                     "without it)")
+        if name == "swanlab":
+            what += (f" with SWANLAB_MODE={os.environ.get('SWANLAB_MODE')!r} (unset it for the offline run, written "
                      "without it)")
         raise ImportError(f"{what}: pip install 'paddle-amp-ext[{spec.extra}]'")

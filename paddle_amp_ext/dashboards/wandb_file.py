@@ -28,50 +28,21 @@ import os
 import secrets
 import socket
 import string
-import struct
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .._log import warn_once
+from ._leveldb import BLOCK, frame  # noqa: F401 - BLOCK: re-exported (the tests frame across blocks)
 from ._wire import varint
 
 #: ``:W&B``, the magic 0xBEE1 little-endian, the store version 0
 MAGIC = b":W&B\xe1\xbe\x00"
-BLOCK = 32 * 1024
-_CHUNK_HEADER = 7
-_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 _INT64_MAX = (1 << 63) - 1
 #: the version info of the header record (what wandb 0.31.0's wandb-core writes as min_consumer)
 MIN_CONSUMER = "0.70.0"
 _ID_CHARS = string.ascii_lowercase + string.digits
-_PACK_CHUNK = struct.Struct("<IHB").pack
-_FULL_SEED = zlib.crc32(bytes((_FULL,)))
 _varint = varint  # the name this module had
-
-
-def frame(data: bytes, offset: int) -> bytes:
-    """``data`` as one record of W&B's log written at file ``offset``: its chunks, with the zeros
-    that end a block when fewer than 7 bytes are left in it (as ``leveldb.Writer`` does)."""
-    pos = offset % BLOCK
-    if pos + _CHUNK_HEADER + len(data) <= BLOCK:  # the usual case: one full chunk
-        return _PACK_CHUNK(zlib.crc32(data, _FULL_SEED), len(data), _FULL) + data
-    out = []
-    if pos + _CHUNK_HEADER > BLOCK:
-        out.append(b"\x00" * (BLOCK - pos))
-        pos = 0
-    start, first = 0, True
-    while True:
-        take = min(BLOCK - pos - _CHUNK_HEADER, len(data) - start)
-        chunk = data[start:start + take]
-        start += take
-        last = start == len(data)
-        kind = (_FULL if first else _LAST) if last else (_FIRST if first else _MIDDLE)
-        out.append(_PACK_CHUNK(zlib.crc32(chunk, zlib.crc32(bytes((kind,)))), take, kind) + chunk)
-        if last:
-            return b"".join(out)
-        pos, first = 0, False
 
 
 def _bytes_field(key: bytes, value: bytes) -> bytes:

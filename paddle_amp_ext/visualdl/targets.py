@@ -6,8 +6,11 @@
 - ``wandb``: W&B's offline run file (:class:`WandbFile`, records from
   :mod:`paddle_amp_ext.dashboards.wandb_file`), written the same way; with ``WANDB_MODE=online``
   (or another mode but offline) W&B's own run;
-- ``swanlab`` (and W&B's own run): the library's run in the run directory, created here without
-  following links (the library writes below it), the steps handed on as values
+- ``swanlab``: SwanLab's offline run file (:class:`SwanLabFile`, records from
+  :mod:`paddle_amp_ext.dashboards.swanlab_file`), written the same way; with ``SWANLAB_MODE=online``
+  (or another mode but offline) SwanLab's own run;
+- a library's own run (W&B's, SwanLab's): in the run directory, created here without following
+  links (the library writes below it), the steps handed on as values
   (:mod:`paddle_amp_ext.dashboards.library`).
 
 Each library is imported only when its backend is opened. Whether it is installed was asked
@@ -19,11 +22,11 @@ from __future__ import annotations
 import os
 from typing import Any, List, Tuple
 
+from ..dashboards import swanlab_file, wandb_file
 from ..dashboards import tensorboard as tb
-from ..dashboards import wandb_file
 from ..dashboards._wire import FileFormat
 from ..dashboards.library import StepValues
-from .records import RecordFile, ScalarEncoder, open_run_dir
+from .records import _FILE_FLAGS, RecordFile, ScalarEncoder, open_run_dir
 
 #: the entries a backend leaves in a run directory: a directory holding one is taken
 MARKERS = ("vdlrecords.", tb.PREFIX, "wandb", "run-")
@@ -66,6 +69,64 @@ class WandbFile(RecordFile):
         super().close()
 
 
+class SwanLabFile(RecordFile):
+    """SwanLab's offline run file (``RUN/run-<time>-<id>/run-<id>.swanlab``, ``files/config.yaml``
+    and ``files/swanlab-metadata.json`` beside it), created and written as a record file: one
+    ``write`` per flush, cut back to its last whole record after a failed write, re-created (same
+    run, each key's column again) when removed. The records are numbered and framed at the write
+    (:class:`~paddle_amp_ext.dashboards.swanlab_file.Sequence`), so a failed write changes
+    nothing. ``close()`` in the process that opened it appends the run's end (its finish record).
+    """
+
+    #: each step is written once, whole (SwanLab keeps one value per key and step)
+    whole_steps = True
+
+    def __init__(self, base: str, parts: List[str], info: swanlab_file.RunInfo) -> None:
+        self.info = info
+        self._sequence = swanlab_file.Sequence()
+        self._pid = os.getpid()
+        layout = FileFormat("run-", lambda suffix: info.file_name, self._header)
+        super().__init__(base, list(parts) + [info.dir_name], "", layout)
+
+    def _files_dir(self) -> str:
+        return os.path.abspath(os.path.join(self._base, *self._parts, "files"))
+
+    def _header(self, now_ms: int) -> bytes:
+        self._sequence.restart()
+        return swanlab_file.header(self.info, self._files_dir(), now_ms)
+
+    def _open_new(self) -> None:
+        super()._open_new()
+        dir_fd = open_run_dir(self._base, self._parts + ["files"])  # what `swanlab sync` uploads with the run
+        try:
+            for name, data in (("config.yaml", swanlab_file.CONFIG_YAML),
+                               ("swanlab-metadata.json", swanlab_file.METADATA_JSON)):
+                try:
+                    fd = os.open(name, _FILE_FLAGS, 0o644, dir_fd=dir_fd)
+                except FileExistsError:
+                    continue
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(dir_fd)
+
+    def write(self, chunks: List[swanlab_file.ScalarStep]) -> None:
+        data, state = self._sequence.encode(chunks, self._good)
+        if data:
+            self.write_bytes(data)
+        self._sequence.commit(state)
+
+    def close(self) -> None:
+        if self._fd >= 0 and os.getpid() == self._pid and not self.removed():
+            try:
+                self.write_bytes(self._sequence.end_records(self._good, self._files_dir()))
+            except OSError:
+                pass  # a run without its finish record is synced as crashed: nothing worse
+        super().close()
+
+
 def open_target(name: str, base: str, parts: List[str], suffix: str) -> Tuple[Any, Any]:
     """Backend ``name``'s target in ``base/parts...`` and the encoder of its steps.
 
@@ -73,7 +134,7 @@ def open_target(name: str, base: str, parts: List[str], suffix: str) -> Tuple[An
         name: a :data:`paddle_amp_ext.dashboards.backends.NAMES` name.
         base: the deepest existing directory of the logdir.
         parts: the directories below it (created without following links).
-        suffix: appended to a record file's name (not W&B's: its name is W&B's).
+        suffix: appended to a record file's name (not W&B's or SwanLab's: their names are the library's).
 
     Returns:
         (target with ``write``/``removed``/``reopen``/``close``/``path``, encoder with ``step``).
@@ -90,6 +151,8 @@ def open_target(name: str, base: str, parts: List[str], suffix: str) -> Tuple[An
     if name == "wandb" and wandb_file.wants_own_file():
         info = wandb_file.RunInfo(run_name)
         return WandbFile(base, parts, info), wandb_file.HistoryEncoder(info)
+    if name == "swanlab" and swanlab_file.wants_own_file():
+        return SwanLabFile(base, parts, swanlab_file.RunInfo(run_name)), swanlab_file.ScalarEncoder()
     os.close(open_run_dir(base, parts))
     directory = os.path.join(base, *parts)
     if name == "swanlab":

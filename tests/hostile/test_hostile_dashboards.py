@@ -206,9 +206,15 @@ def test_a_missing_library_is_named_before_any_directory_is_made(tmp_path, monke
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "swanlab" else real(name, *a))
-    with pytest.raises(ImportError, match=r"report_to='swanlab' needs swanlab: pip install 'paddle-amp-ext\[swanlab\]'"):
+    monkeypatch.setenv("SWANLAB_MODE", "online")  # SwanLab's own run: its library is needed
+    with pytest.raises(ImportError, match=r"report_to='swanlab' needs swanlab with SWANLAB_MODE='online' \(unset it "
+                                          r"for the offline run, written without it\): pip install "
+                                          r"'paddle-amp-ext\[swanlab\]'"):
         amp.VisualDLHook(str(tmp_path / "runs"), report_to=["visualdl", "swanlab"])
     assert not (tmp_path / "runs").exists()
+    monkeypatch.delenv("SWANLAB_MODE")  # offline: the run file is written without SwanLab
+    amp.VisualDLHook(str(tmp_path / "runs"), report_to=["visualdl", "swanlab"], run_name="r").close()
+    assert list((tmp_path / "runs" / "r").glob("run-*/run-*.swanlab"))
 
 
 def test_a_backend_failing_to_open_closes_the_ones_opened_before(tmp_path, monkeypatch):
