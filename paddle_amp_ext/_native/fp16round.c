@@ -23,8 +23,8 @@
  * read once (AVX2 where the CPU has it); the rehearsal's non-finite checks use it instead of a
  * reduction kernel and a host read.
  *
- * pae_fp8_quant, pae_fp8_block_amax, pae_fp8_quant_scaled, pae_fp8_quant_cols (at the end of this file): the FP8
- * rehearsal's e4m3fn/e5m2 rounding with CUDA's saturation, counting and amax in one pass.
+ * pae_fp8_quant, pae_fp8_block_amax, pae_fp8_quant_scaled, pae_fp8_quant_cols, pae_fp8_quant_both (at the
+ * end of this file): the FP8 rehearsal's e4m3fn/e5m2 rounding with CUDA's saturation, counting and amax in one pass.
  */
 #include <stdint.h>
 #include <string.h>
@@ -517,3 +517,20 @@ int pae_fp8_quant_cols(const float *src, float *dst, int64_t rows, int64_t cols,
     return 0;
 }
 
+
+/* pae_fp8_quant_both: src quantized twice in one call, as the blockwise recipe quantizes an input
+ * and an output gradient: pae_fp8_quant_scaled in 1 x bk blocks into dst_rows (scale_rows
+ * [rows, ceil(cols/bk)], counts, amax), then pae_fp8_quant_cols in bk x 1 blocks into dst_cols
+ * (scale_cols [ceil(rows/bk), cols]; its counts are not kept, its amax is the same). The same
+ * functions, so the same values as two calls; dst_rows and dst_cols must not be src. Returns 0,
+ * or -1 as those do. */
+int pae_fp8_quant_both(const float *src, float *dst_rows, float *dst_cols, int64_t rows, int64_t cols, int64_t bk,
+                       float *scale_rows, float *scale_cols, int fmt, float epsilon, int pow2, int dequant,
+                       int64_t *counts, float *amax) {
+    int64_t quiet[2] = {0, 0};
+    float quiet_amax;
+    if (pae_fp8_quant_scaled(src, dst_rows, rows, cols, 1, bk, scale_rows, fmt, epsilon, pow2, dequant, counts,
+                             amax) != 0) return -1;
+    return pae_fp8_quant_cols(src, dst_cols, rows, cols, bk, scale_cols, fmt, epsilon, pow2, dequant, quiet,
+                              &quiet_amax);
+}
