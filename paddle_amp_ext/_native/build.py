@@ -118,8 +118,8 @@ SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
                                           ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                           ctypes.c_void_p]),
     "pae_fp8_quant_both": (ctypes.c_int, [*[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 2,
-                                          ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                          ctypes.c_void_p]),
+                                          ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int,
+                                          *[ctypes.c_void_p] * 3]),
 }
 #: The vector widths the roundings have code for (``pae_vector_bits``), each probed at load.
 WIDTHS = (512, 256, 128)
@@ -399,8 +399,9 @@ def finite_scanner() -> Optional[Scanner]:
 #: cols, block_rows, block_cols, scales_out, fmt, epsilon, pow2, dequant, counts, amax)`` and
 #: ``quant_cols(src, dst, rows, cols, block_rows, scales_out, fmt, epsilon, pow2, dequant, counts,
 #: amax)`` (blocks one column wide), ``quant_both(src, dst_rows, dst_cols, rows, cols, block,
-#: scales_rows_out, scales_cols_out, fmt, epsilon, pow2, dequant, counts, amax)`` (``quant_scaled``
-#: in 1 x block blocks, then ``quant_cols``, in one call): see ``pae_fp8_quant`` and the functions
+#: scales_rows_out, scales_cols_out, fmt, epsilon, pow2, dequant, counts, amax, scale_range)``
+#: (``quant_scaled`` in 1 x block blocks, then ``quant_cols``, in one call; the rows' scales'
+#: smallest and largest): see ``pae_fp8_quant`` and the functions
 #: after it in the C file.
 Fp8Kernel = Tuple[Callable[..., int], Callable[..., int], Callable[..., int], Callable[..., int], Callable[..., int]]
 

@@ -170,8 +170,8 @@ def _wrong_both(quant_scaled: Callable[..., int], quant_cols: Callable[..., int]
                 quant_both: Callable[..., int]) -> str:
     """'' when one ``quant_both`` call on a 5 x 19 array (blocks of 4: partial ones both ways; NaN,
     inf, a subnormal, a saturating value) gives the values, scales, counts and amax of
-    ``quant_scaled`` in 1x4 blocks and the values and scales of ``quant_cols`` in 4x1 blocks, else
-    what differs."""
+    ``quant_scaled`` in 1x4 blocks (and their scales' smallest and largest) and the values and
+    scales of ``quant_cols`` in 4x1 blocks, else what differs."""
     rows, cols, n = 5, 19, 5 * 19
     values = [((i * 29) % 31 - 15) * 2.0 ** ((i % 11) - 5) for i in range(n)]
     values[3], values[40], values[77], values[90] = float("nan"), float("-inf"), -1e-45, 1e30
@@ -181,9 +181,10 @@ def _wrong_both(quant_scaled: Callable[..., int], quant_cols: Callable[..., int]
         scales = [(ctypes.c_float * (rows * 5))() for _ in range(2)]
         scales += [(ctypes.c_float * (2 * cols))() for _ in range(2)]
         counts, amax = [(ctypes.c_int64 * 2)() for _ in range(3)], [(ctypes.c_float * 1)() for _ in range(3)]
+        scale_range = (ctypes.c_float * 2)()
         at = ctypes.addressof
         if quant_both(at(src), at(arrays[0]), at(arrays[2]), rows, cols, 4, at(scales[0]), at(scales[2]), fmt, 0.0, 1,
-                      1, at(counts[0]), at(amax[0])) != 0:
+                      1, at(counts[0]), at(amax[0]), at(scale_range)) != 0:
             return f"both, format {fmt}: refused"
         quant_scaled(at(src), at(arrays[1]), rows, cols, 1, 4, at(scales[1]), fmt, 0.0, 1, 1, at(counts[1]),
                      at(amax[1]))
@@ -192,6 +193,8 @@ def _wrong_both(quant_scaled: Callable[..., int], quant_cols: Callable[..., int]
                             (scales[2], scales[3]), (counts[0], counts[1]), (amax[0], amax[1])):
             if not _same(list(got), list(wanted)):
                 return f"both, format {fmt}: {list(got)} != {list(wanted)}"
+        if list(scale_range) != [min(scales[1]), max(scales[1])]:
+            return f"both, format {fmt}: scale range {list(scale_range)}"
     return ""
 
 

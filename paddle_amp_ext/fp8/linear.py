@@ -158,13 +158,16 @@ class _LayerState:
         spec = self.formats[role]
         addresses = None if address is None or out[0] is None or out_columns[0] is None else (
             address, out[0].data_ptr(), out_columns[0].data_ptr())
-        done = quantize_both(a, BLOCK, spec, out[1], out_columns[1], self.epsilon, self.pow2, kernel, addresses)
-        self._record(role, spec.name, a.size, done)
+        done, scale_range = quantize_both(a, BLOCK, spec, out[1], out_columns[1], self.epsilon, self.pow2, kernel,
+                                          addresses)
+        self._record(role, spec.name, a.size, done, scale_range)
         return as_tensor(out), as_tensor(out_columns)
 
-    def _record(self, role: str, fmt: str, count: int, done: Quantized) -> None:
+    def _record(self, role: str, fmt: str, count: int, done: Quantized,
+                scale_range: Optional[Tuple[float, float]] = None) -> None:
         if self.stats is not None:
-            self.stats.add_counts(self.name, role, fmt, done.saturated, done.flushed, count, done.amax, done.scales)
+            self.stats.add_counts(self.name, role, fmt, done.saturated, done.flushed, count, done.amax, done.scales,
+                                  scale_range=scale_range)
 
 
 @functools.lru_cache(maxsize=4096)

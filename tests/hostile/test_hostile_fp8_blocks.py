@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
@@ -206,7 +207,7 @@ def test_the_load_probe_refuses_a_two_way_kernel_that_answers_wrongly():
         pytest.skip("no compiled FP8 kernel here")
 
     def rows_only(src, dst_rows, dst_cols, rows, cols, block, scale_rows, scale_cols, *rest):
-        return kernel[2](src, dst_rows, rows, cols, 1, block, scale_rows, *rest)  # the columns never written
+        return kernel[2](src, dst_rows, rows, cols, 1, block, scale_rows, *rest[:-1])  # the columns never written
 
     def swapped(src, dst_rows, dst_cols, *args):
         return kernel[4](src, dst_cols, dst_rows, *args)
@@ -214,6 +215,13 @@ def test_the_load_probe_refuses_a_two_way_kernel_that_answers_wrongly():
     assert probes.wrong_fp8_answer(*kernel[:4], lambda *args: -1) == "both, format 0: refused"
     assert probes.wrong_fp8_answer(*kernel[:4], rows_only).startswith("both, format 0: [")
     assert probes.wrong_fp8_answer(*kernel[:4], swapped).startswith("both, format 0: [")
+
+    def wrong_range(*args):
+        done = kernel[4](*args)
+        ctypes.c_float.from_address(args[-1]).value = -1.0  # the smallest scale
+        return done
+
+    assert probes.wrong_fp8_answer(*kernel[:4], wrong_range).startswith("both, format 0: scale range [-1.0")
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 129), (130, 5), (257, 300), (128, 128)])
@@ -229,7 +237,7 @@ def test_quantize_both_gives_what_two_quantizations_give(shape, fmt):
     x.flat[3:: 17] = 1e-45
     for kernel in (fp8_kernel(), None):
         rows, cols = np.full_like(x, 7.0), np.full_like(x, 7.0)
-        done = quantize_both(x, 128, spec, rows, cols, 0.0, True, kernel)
+        done, scale_range = quantize_both(x, 128, spec, rows, cols, 0.0, True, kernel)
         want = quantize_into(x, (1, 128), None, spec, None, True, 0.0, True, kernel)
         want_cols = quantize_into(x, (128, 1), None, spec, None, True, 0.0, True, kernel)
         assert np.array_equal(rows, want.values, equal_nan=True)
@@ -237,6 +245,7 @@ def test_quantize_both_gives_what_two_quantizations_give(shape, fmt):
         assert np.array_equal(cols, want_cols.values, equal_nan=True)
         assert np.array_equal(np.signbit(cols), np.signbit(want_cols.values))
         assert np.array_equal(done.scales, want.scales) and done[1:4] == want[1:4]
+        assert scale_range == (None if kernel is None else (want.scales.min(), want.scales.max()))
 
 
 def test_quantize_both_from_threads_gives_each_its_own():
