@@ -219,3 +219,24 @@ def test_a_nonzero_bias_is_added_and_its_gradient_summed_exactly(recipe, batch):
         lin(x).sum().backward()
     assert lin.bias.grad is None or not lin.bias.grad.numpy().any()  # cleared (to zeros), nothing added
     assert lin.weight.grad is not None
+
+
+def test_blockwise_without_the_kernel_gives_the_kernels_values(monkeypatch):
+    """Without the compiled kernel (numpy rounds), the blockwise step quantizes an input and an
+    output gradient along rows and columns in two calls, to the same values, gradients and stats."""
+    import paddle_amp_ext.fp8.linear as linear_module
+
+    def run():
+        paddle.seed(3)
+        model = paddle.nn.Sequential(paddle.nn.Linear(130, 257), paddle.nn.ReLU(), paddle.nn.Linear(257, 3))
+        x = paddle.randn([131, 130]) * 5
+        with fp8_linears(model, "blockwise") as stats:
+            y = model(x)
+            y.sum().backward()
+        return [y.numpy(), *(p.grad.numpy() for p in model.parameters())], stats.records
+
+    with_kernel, records = run()
+    monkeypatch.setattr(linear_module, "fp8_kernel", lambda: None)
+    without, numpy_records = run()
+    assert all(np.array_equal(a, b) for a, b in zip(with_kernel, without))
+    assert records == numpy_records
