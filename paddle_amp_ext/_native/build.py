@@ -117,6 +117,9 @@ SYMBOLS: Dict[str, Tuple[Any, List[Any]]] = {
     "pae_fp8_quant_cols": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_int64] * 3, ctypes.c_void_p,
                                           ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                           ctypes.c_void_p]),
+    "pae_fp8_quant_both": (ctypes.c_int, [*[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 2,
+                                          ctypes.c_int, ctypes.c_float, ctypes.c_int, ctypes.c_int,
+                                          *[ctypes.c_void_p] * 3]),
 }
 #: The vector widths the roundings have code for (``pae_vector_bits``), each probed at load.
 WIDTHS = (512, 256, 128)
@@ -268,8 +271,7 @@ def _load(path: str) -> Kernel:
             if wrong:
                 raise BuildError(f"the built {name} kernel ({width}-bit vectors at most) rounded a probe "
                                  f"wrongly: {wrong}")
-        wrong = probes.wrong_fp8_answer(kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"],
-                                        kernel["pae_fp8_quant_scaled"], kernel["pae_fp8_quant_cols"])
+        wrong = probes.wrong_fp8_answer(*_fp8_functions(kernel))
         if wrong:
             raise BuildError(f"the built FP8 kernel ({width}-bit vectors at most) answered a probe wrongly: {wrong}")
     wrong = probes.wrong_finite_answer(kernel["pae_all_finite"])
@@ -396,8 +398,17 @@ def finite_scanner() -> Optional[Scanner]:
 #: ``amax_of(src, rows, cols, block_rows, block_cols, amax)``, ``quant_scaled(src, dst, rows,
 #: cols, block_rows, block_cols, scales_out, fmt, epsilon, pow2, dequant, counts, amax)`` and
 #: ``quant_cols(src, dst, rows, cols, block_rows, scales_out, fmt, epsilon, pow2, dequant, counts,
-#: amax)`` (blocks one column wide): see ``pae_fp8_quant`` and the functions after it in the C file.
-Fp8Kernel = Tuple[Callable[..., int], Callable[..., int], Callable[..., int], Callable[..., int]]
+#: amax)`` (blocks one column wide), ``quant_both(src, dst_rows, dst_cols, rows, cols, block,
+#: scales_rows_out, scales_cols_out, fmt, epsilon, pow2, dequant, counts, amax, scale_range)``
+#: (``quant_scaled`` in 1 x block blocks, then ``quant_cols``, in one call; the rows' scales'
+#: smallest and largest): see ``pae_fp8_quant`` and the functions
+#: after it in the C file.
+Fp8Kernel = Tuple[Callable[..., int], Callable[..., int], Callable[..., int], Callable[..., int], Callable[..., int]]
+
+
+def _fp8_functions(kernel: Kernel) -> Fp8Kernel:
+    return (kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"], kernel["pae_fp8_quant_scaled"],
+            kernel["pae_fp8_quant_cols"], kernel["pae_fp8_quant_both"])
 
 
 def fp8_kernel() -> Optional[Fp8Kernel]:
@@ -405,8 +416,7 @@ def fp8_kernel() -> Optional[Fp8Kernel]:
     amax, and both with the scales between them, built and loaded with :func:`fp16_rounder`'s
     (so None where that is)."""
     kernel = _result()[0]
-    return None if kernel is None else (kernel["pae_fp8_quant"], kernel["pae_fp8_block_amax"],
-                                         kernel["pae_fp8_quant_scaled"], kernel["pae_fp8_quant_cols"])
+    return None if kernel is None else _fp8_functions(kernel)
 
 
 def vector_bits(limit: int = 0) -> Optional[int]:

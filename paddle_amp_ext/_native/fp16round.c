@@ -23,8 +23,8 @@
  * read once (AVX2 where the CPU has it); the rehearsal's non-finite checks use it instead of a
  * reduction kernel and a host read.
  *
- * pae_fp8_quant, pae_fp8_block_amax, pae_fp8_quant_scaled, pae_fp8_quant_cols (at the end of this file): the FP8
- * rehearsal's e4m3fn/e5m2 rounding with CUDA's saturation, counting and amax in one pass.
+ * pae_fp8_quant, pae_fp8_block_amax, pae_fp8_quant_scaled, pae_fp8_quant_cols, pae_fp8_quant_both (at the
+ * end of this file): the FP8 rehearsal's e4m3fn/e5m2 rounding with CUDA's saturation, counting and amax in one pass.
  */
 #include <stdint.h>
 #include <string.h>
@@ -517,3 +517,29 @@ int pae_fp8_quant_cols(const float *src, float *dst, int64_t rows, int64_t cols,
     return 0;
 }
 
+
+/* pae_fp8_quant_both: src quantized twice in one call, as the blockwise recipe quantizes an input
+ * and an output gradient: pae_fp8_quant_scaled in 1 x bk blocks into dst_rows (scale_rows
+ * [rows, ceil(cols/bk)], counts, amax), then pae_fp8_quant_cols in bk x 1 blocks into dst_cols
+ * (scale_cols [ceil(rows/bk), cols]; its counts are not kept, its amax is the same). The same
+ * functions, so the same values as two calls; dst_rows and dst_cols must not be src. Also the
+ * smallest and largest of scale_rows into scale_range[0..1] (what a stats record keeps; the
+ * scales are never NaN). Returns 0, or -1 as those do. */
+int pae_fp8_quant_both(const float *src, float *dst_rows, float *dst_cols, int64_t rows, int64_t cols, int64_t bk,
+                       float *scale_rows, float *scale_cols, int fmt, float epsilon, int pow2, int dequant,
+                       int64_t *counts, float *amax, float *scale_range) {
+    int64_t quiet[2] = {0, 0}, n = rows * ((cols + bk - 1) / bk);
+    float quiet_amax, low, high;
+    if (pae_fp8_quant_scaled(src, dst_rows, rows, cols, 1, bk, scale_rows, fmt, epsilon, pow2, dequant, counts,
+                             amax) != 0) return -1;
+    low = n > 0 ? scale_rows[0] : 0.0f;
+    high = low;
+    for (int64_t k = 1; k < n; k++) {
+        low = scale_rows[k] < low ? scale_rows[k] : low;
+        high = scale_rows[k] > high ? scale_rows[k] : high;
+    }
+    scale_range[0] = low;
+    scale_range[1] = high;
+    return pae_fp8_quant_cols(src, dst_cols, rows, cols, bk, scale_cols, fmt, epsilon, pow2, dequant, quiet,
+                              &quiet_amax);
+}

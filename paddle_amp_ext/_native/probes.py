@@ -94,11 +94,11 @@ def _same(got: List[float], wanted: List[float]) -> bool:
 
 
 def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int], quant_scaled: Callable[..., int],
-                     quant_cols: Callable[..., int]) -> str:
+                     quant_cols: Callable[..., int], quant_both: Callable[..., int]) -> str:
     """'' when the FP8 kernel rounds, counts and finds the amax of each format's probe (alone and
     repeated to :data:`TILED` values, so the vector loops and the tail both see every value), and
     the block amax and dequantizing scales agree, and column blocks give the transposed row
-    blocks' values, else what it got wrong."""
+    blocks' values, and both in one call give what two give, else what it got wrong."""
     for fmt in (0, 1):
         values, expected, (sat, flush) = fp8_probe(fmt)
         repeat = -(-TILED // len(values))
@@ -136,7 +136,7 @@ def wrong_fp8_answer(quant: Callable[..., int], amax_of: Callable[..., int], qua
                      pow2, 0, ctypes.addressof(counts), ctypes.addressof(amax))
         if list(scales) != [ctypes.c_float(w).value for w in want]:
             return f"scales (pow2={pow2}): {list(scales)} != {want}"
-    return _wrong_columns(quant_scaled, quant_cols)
+    return _wrong_columns(quant_scaled, quant_cols) or _wrong_both(quant_scaled, quant_cols, quant_both)
 
 
 def _wrong_columns(quant_scaled: Callable[..., int], quant_cols: Callable[..., int]) -> str:
@@ -163,6 +163,38 @@ def _wrong_columns(quant_scaled: Callable[..., int], quant_cols: Callable[..., i
         if (not _same(got, list(want)) or scales != list(want_scales) or list(counts) != list(want_counts)
                 or amax[0] != want_amax[0]):
             return f"columns, format {fmt}: {got} scales {scales} counts {list(counts)} amax {amax[0]}"
+    return ""
+
+
+def _wrong_both(quant_scaled: Callable[..., int], quant_cols: Callable[..., int],
+                quant_both: Callable[..., int]) -> str:
+    """'' when one ``quant_both`` call on a 5 x 19 array (blocks of 4: partial ones both ways; NaN,
+    inf, a subnormal, a saturating value) gives the values, scales, counts and amax of
+    ``quant_scaled`` in 1x4 blocks (and their scales' smallest and largest) and the values and
+    scales of ``quant_cols`` in 4x1 blocks, else what differs."""
+    rows, cols, n = 5, 19, 5 * 19
+    values = [((i * 29) % 31 - 15) * 2.0 ** ((i % 11) - 5) for i in range(n)]
+    values[3], values[40], values[77], values[90] = float("nan"), float("-inf"), -1e-45, 1e30
+    src = (ctypes.c_float * n)(*values)
+    for fmt in (0, 1):
+        arrays = [(ctypes.c_float * n)() for _ in range(4)]  # rows and columns: got, wanted
+        scales = [(ctypes.c_float * (rows * 5))() for _ in range(2)]
+        scales += [(ctypes.c_float * (2 * cols))() for _ in range(2)]
+        counts, amax = [(ctypes.c_int64 * 2)() for _ in range(3)], [(ctypes.c_float * 1)() for _ in range(3)]
+        scale_range = (ctypes.c_float * 2)()
+        at = ctypes.addressof
+        if quant_both(at(src), at(arrays[0]), at(arrays[2]), rows, cols, 4, at(scales[0]), at(scales[2]), fmt, 0.0, 1,
+                      1, at(counts[0]), at(amax[0]), at(scale_range)) != 0:
+            return f"both, format {fmt}: refused"
+        quant_scaled(at(src), at(arrays[1]), rows, cols, 1, 4, at(scales[1]), fmt, 0.0, 1, 1, at(counts[1]),
+                     at(amax[1]))
+        quant_cols(at(src), at(arrays[3]), rows, cols, 4, at(scales[3]), fmt, 0.0, 1, 1, at(counts[2]), at(amax[2]))
+        for got, wanted in ((arrays[0], arrays[1]), (arrays[2], arrays[3]), (scales[0], scales[1]),
+                            (scales[2], scales[3]), (counts[0], counts[1]), (amax[0], amax[1])):
+            if not _same(list(got), list(wanted)):
+                return f"both, format {fmt}: {list(got)} != {list(wanted)}"
+        if list(scale_range) != [min(scales[1]), max(scales[1])]:
+            return f"both, format {fmt}: scale range {list(scale_range)}"
     return ""
 
 

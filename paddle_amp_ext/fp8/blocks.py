@@ -4,7 +4,8 @@ The FP8 linears (:mod:`.linear`) and the emulated ``fp8_quant_blockwise`` (:mod:
 quantize through :func:`quantize_blocks`: an amax per block, a scale per block (Paddle's
 ``ScaleWrapper``: :func:`scale_from_amax`), ``x * scale`` rounded to FP8
 (:func:`.formats.quantize`'s arithmetic), counted and, for the linears, dequantized. The
-compiled kernel (``pae_fp8_quant`` / ``pae_fp8_block_amax`` / ``pae_fp8_quant_scaled`` in
+compiled kernel (``pae_fp8_quant`` / ``pae_fp8_block_amax`` / ``pae_fp8_quant_scaled`` /
+``pae_fp8_quant_cols`` / ``pae_fp8_quant_both`` in
 ``paddle_amp_ext/_native/fp16round.c``, built, cached and trusted with the float16 kernel:
 :func:`paddle_amp_ext._native.fp8_kernel`) does the amax, the scales, the rounding and the
 counts in one call; where it cannot be had (``PADDLE_AMP_EXT_NATIVE=0``, no compiler, not x86)
@@ -189,3 +190,33 @@ def quantize_into(x: np.ndarray, block: Tuple[int, int], scales: Optional[np.nda
         out[...] = values
         values = out
     return Quantized(values, int(saturated(scaled, spec).sum()), int(flushed(scaled, spec).sum()), amax, scales)
+
+
+def quantize_both(x: np.ndarray, block: int, spec: Fp8Format, out_rows: np.ndarray, out_cols: np.ndarray,
+                  epsilon: float, pow2: bool, kernel, addresses: Optional[Tuple[int, int, int]] = None
+                  ) -> Tuple[Quantized, Optional[Tuple[float, float]]]:
+    """:func:`quantize_into` of ``x`` twice, dequantized, each block's scale from its amax: in
+    1 x ``block`` blocks into ``out_rows`` and in ``block`` x 1 blocks into ``out_cols`` (what the
+    blockwise recipe needs of an input and an output gradient), in one call of the kernel where
+    it can be had. Arguments as :func:`quantize_into`'s (``x`` not empty, ``out_rows`` and
+    ``out_cols`` not ``x``; ``addresses``: those of ``x``, ``out_rows`` and ``out_cols``).
+
+    Returns:
+        The rows' :class:`Quantized` (the columns' values are in ``out_cols``; their counts are
+        not kept: the same values, counted once) and the smallest and largest of the rows' scales
+        (None without the kernel).
+    """
+    if kernel is None:
+        quantize_into(x, (block, 1), None, spec, out_cols, True, epsilon, pow2, None)
+        return quantize_into(x, (1, block), None, spec, out_rows, True, epsilon, pow2, None), None
+    src, dst_rows, dst_cols = addresses if addresses is not None else (x.ctypes.data, out_rows.ctypes.data,
+                                                                      out_cols.ctypes.data)
+    rows, cols = x.shape
+    scales_rows = (ctypes.c_float * (rows * -(-cols // block)))()
+    scales_cols = (ctypes.c_float * (-(-rows // block) * cols))()
+    counts, amax, scale_range = (ctypes.c_int64 * 2)(), ctypes.c_float(), (ctypes.c_float * 2)()
+    if kernel[4](src, dst_rows, dst_cols, rows, cols, block, scales_rows, scales_cols, FORMAT_CODES[spec.name],
+                 epsilon, int(pow2), 1, counts, ctypes.byref(amax), scale_range) != 0:
+        raise MemoryError(f"the FP8 kernel could not quantize a {list(x.shape)} array in blocks of {block}")
+    scales = np.frombuffer(scales_rows, np.float32).reshape(rows, -(-cols // block))
+    return Quantized(out_rows, counts[0], counts[1], amax.value, scales), (scale_range[0], scale_range[1])

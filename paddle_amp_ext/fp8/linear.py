@@ -35,8 +35,8 @@ import numpy as np
 import paddle
 
 from .._native import fp8_kernel
-from ._buffers import Buffer, BufferPool, as_tensor, host
-from .blocks import Quantized, quantize_into, scale_from_amax
+from ._buffers import Buffer, BufferPool, as_tensor, host, new_float32
+from .blocks import Quantized, quantize_both, quantize_into, scale_from_amax
 from .formats import fp8_format
 from .kernels import BLOCK
 from .stats import ROLES, Fp8Stats
@@ -136,9 +136,8 @@ class _LayerState:
             done = quantize_into(a, block, scales, spec, out[1], True, self.epsilon, self.pow2, fp8_kernel(), both)
         else:
             done = Quantized(out[1], 0, 0, 0.0, scales)
-        if self.stats is not None and along != "columns_quiet":  # one record per tensor and step
-            self.stats.add_counts(self.name, role, spec.name, done.saturated, done.flushed, a.size, done.amax,
-                                  done.scales)
+        if along != "columns_quiet":  # one record per tensor and step
+            self._record(role, spec.name, a.size, done)
         if self.delayed:
             r = self.recipe
             hist = self.history.setdefault(role, collections.deque(maxlen=r.amax_history_len))
@@ -148,12 +147,49 @@ class _LayerState:
                 self.scale[role] = _delayed_scale(top, self.epsilon, self.pow2, spec.name, r.margin)
         return as_tensor(out)
 
+    def dequant_both(self, a: np.ndarray, role: str, out: Buffer, out_columns: Buffer, address: Optional[int] = None
+                     ) -> Tuple[paddle.Tensor, paddle.Tensor]:
+        """:meth:`dequant` along ``"rows"`` into ``out`` and along ``"columns_quiet"`` into
+        ``out_columns`` (blockwise recipes only), in one call of the kernel (:func:`.blocks.quantize_both`)."""
+        kernel = fp8_kernel()
+        if not a.size or kernel is None:
+            return (self.dequant(a, role, "rows", out, address),
+                    self.dequant(a, role, "columns_quiet", out_columns, address))
+        spec = self.formats[role]
+        addresses = None if address is None or out[0] is None or out_columns[0] is None else (
+            address, out[0].data_ptr(), out_columns[0].data_ptr())
+        done, scale_range = quantize_both(a, BLOCK, spec, out[1], out_columns[1], self.epsilon, self.pow2, kernel,
+                                          addresses)
+        self._record(role, spec.name, a.size, done, scale_range)
+        return as_tensor(out), as_tensor(out_columns)
+
+    def _record(self, role: str, fmt: str, count: int, done: Quantized,
+                scale_range: Optional[Tuple[float, float]] = None) -> None:
+        if self.stats is not None:
+            self.stats.add_counts(self.name, role, fmt, done.saturated, done.flushed, count, done.amax, done.scales,
+                                  scale_range=scale_range)
+
 
 @functools.lru_cache(maxsize=4096)
 def _delayed_scale(top: float, epsilon: float, pow2: bool, fmt: str, margin: int) -> np.float32:
     """The delayed recipe's scale from the history's largest amax (the history's top changes
     seldom: looked up, not recomputed, on most steps)."""
     return np.float32(scale_from_amax(np.float32(top), epsilon, pow2, fmt) / np.float32(2.0**margin))
+
+
+def _as_dtype(t: paddle.Tensor, dtype) -> paddle.Tensor:
+    return t if t.dtype == dtype else t.astype(dtype)
+
+
+def _add_bias(y: paddle.Tensor, bias: paddle.Tensor) -> paddle.Tensor:
+    """``y + bias`` in float32 (one rounding per value, as Paddle's add), written into ``y`` (a
+    new float32 tensor of this call) through a view where it is a CPU tensor: Paddle's broadcast
+    add cost about 30 us on a 64 x 512 output, numpy's in place a few."""
+    out, at = host(y, y.shape[-1])
+    if at is None:  # a copy: adding to it would not reach y
+        return y + bias.astype("float32")
+    out += host(bias, out.shape[1])[0][0]
+    return y
 
 
 def _matmul(a: paddle.Tensor, b: paddle.Tensor, transpose_x: bool = False, transpose_y: bool = False):
@@ -181,49 +217,53 @@ class _Fp8LinearFn(paddle.autograd.PyLayer):
         w, w_at = host(weight, weight.shape[-1])
         blockwise = state.recipe.scaling == "blockwise"
         take = state.buffers.take
-        xq = state.dequant(x2, "input", "rows", take("input", x2.shape), x_at)
+        ctx.wanted = [not t.stop_gradient for t in (x, weight, *bias)]
+        # per-tensor recipes quantize x the same way whichever dimension a GEMM contracts;
+        # blockwise quantizes it along the tokens too for dw, now (x may change after this call)
+        if blockwise and ctx.wanted[1]:
+            xq, ctx.x = state.dequant_both(x2, "input", take("input", x2.shape), take("input_columns", x2.shape), x_at)
+        else:
+            xq = ctx.x = state.dequant(x2, "input", "rows", take("input", x2.shape), x_at)
+            if blockwise:
+                ctx.x = None
         wq = state.dequant(w, "weight", "tiles" if blockwise else "rows", take("weight", w.shape), w_at)
         if x2.shape[0] == 0:  # an empty batch: Paddle 2.6's ops refuse empty operands
             y = paddle.to_tensor(np.zeros([0, w.shape[1]], np.float32))
         else:
             y = paddle.matmul(xq, wq)
             if bias:
-                y = y + bias[0].astype("float32")
-        ctx.wanted = [not t.stop_gradient for t in (x, weight, *bias)]
+                y = _add_bias(y, bias[0])
         ctx.state, ctx.wq, ctx.shape, ctx.has_bias = state, wq, shape, bool(bias)
-        # per-tensor recipes quantize x the same way whichever dimension a GEMM contracts;
-        # blockwise quantizes it again along the tokens for dw, now (x may change after this call)
-        ctx.x = xq
-        if blockwise:
-            ctx.x = state.dequant(x2, "input", "columns_quiet", take("input_columns", x2.shape), x_at) if (
-                ctx.wanted[1]) else None
         ctx.dtypes = (x.dtype, weight.dtype)
         if len(shape) != 2:
             y = y.reshape(shape[:-1] + [w.shape[1]])
-        return y.astype(x.dtype)
+        return y if x.dtype == y.dtype else y.astype(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):  # noqa: D102
         state, wanted = ctx.state, ctx.wanted
         g, g_at = host(dy, dy.shape[-1])  # dy lives through this call
-        gq = state.dequant(g, "output_grad", "rows", state.buffers.take("output_grad", g.shape), g_at)
+        take = state.buffers.take
+        # blockwise dw = x^T dy contracts the tokens: dy in blocks along the tokens too
+        if state.recipe.scaling == "blockwise" and wanted[1]:
+            gq, gc = state.dequant_both(g, "output_grad", take("output_grad", g.shape),
+                                        take("output_grad_columns", g.shape), g_at)
+        else:  # per-tensor recipes: the quantized x and dy of the other GEMMs
+            gq = gc = state.dequant(g, "output_grad", "rows", take("output_grad", g.shape), g_at)
         grads = [None] * len(wanted)
         if wanted[0]:
             if g.shape[0] == 0:
                 dx = paddle.to_tensor(np.zeros([0, ctx.shape[-1]], np.float32))
             else:
                 dx = _matmul(gq, ctx.wq, transpose_y=True)  # contracts N: blocks along N
-            grads[0] = (dx if len(ctx.shape) == 2 else dx.reshape(ctx.shape)).astype(ctx.dtypes[0])
+            grads[0] = _as_dtype(dx if len(ctx.shape) == 2 else dx.reshape(ctx.shape), ctx.dtypes[0])
         if wanted[1]:
-            if state.recipe.scaling == "blockwise":  # dw = x^T dy contracts the tokens: blocks along the tokens
-                columns = state.buffers.take("output_grad_columns", g.shape)
-                gc = state.dequant(g, "output_grad", "columns_quiet", columns, g_at)
-                dw = _matmul(ctx.x, gc, transpose_x=True)
-            else:  # one scale per tensor: the quantized x and dy of the other GEMMs
-                dw = _matmul(ctx.x, gq, transpose_x=True)
-            grads[1] = dw.astype(ctx.dtypes[1])
-        if ctx.has_bias and wanted[2]:  # a new tensor: Paddle may keep a gradient as .grad
-            grads[2] = paddle.to_tensor(np.sum(g, axis=0, dtype=np.float32))
+            dw = _matmul(ctx.x, gc, transpose_x=True)
+            grads[1] = _as_dtype(dw, ctx.dtypes[1])
+        if ctx.has_bias and wanted[2]:  # a new tensor, not a pooled one: Paddle may keep a gradient as .grad
+            db, view = new_float32((1, g.shape[1]))
+            np.sum(g, axis=0, dtype=np.float32, out=view[0])
+            grads[2] = db.reshape([g.shape[1]]) if db is not None else paddle.to_tensor(view[0])
         return tuple(grads)
 
 

@@ -121,14 +121,19 @@ class Fp8Stats:
         _instances.add(self)
 
     def add_counts(self, layer: str, role: str, fmt: str, n_saturated: int, n_flushed: int, count: int,
-                   amax: float, scales: np.ndarray) -> None:
+                   amax: float, scales: np.ndarray, scale_range: Optional[Tuple[float, float]] = None) -> None:
         """Record one quantization of ``count`` values of which ``n_saturated`` saturated and
-        ``n_flushed`` flushed (counted by the kernel that rounded them)."""
+        ``n_flushed`` flushed (counted by the kernel that rounded them); ``scale_range``: the
+        smallest and largest of ``scales`` where the kernel found them (two numpy reductions
+        fewer), else computed here."""
         sat, flush = (n_saturated / count, n_flushed / count) if count else (0.0, 0.0)
         # the finite scales' range: one scale (per-tensor recipes) read as it is, else the plain
         # min and max when both are finite (then every scale is), else the finite ones'
-        low, high = (float(scales.flat[0]),) * 2 if scales.size == 1 else (
-            (float(scales.min()), float(scales.max())) if scales.size else (float("nan"),) * 2)
+        if scale_range is not None:
+            low, high = float(scale_range[0]), float(scale_range[1])
+        else:
+            low, high = (float(scales.flat[0]),) * 2 if scales.size == 1 else (
+                (float(scales.min()), float(scales.max())) if scales.size else (float("nan"),) * 2)
         if not (math.isfinite(low) and math.isfinite(high)):
             finite = scales[np.isfinite(scales)]
             low, high = (float(finite.min()), float(finite.max())) if finite.size else (float("nan"),) * 2

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
 import numpy as np
 import pytest
 
-from paddle_amp_ext.fp8.blocks import block_amax, quantize_blocks
-from paddle_amp_ext.fp8.formats import quantize
+from paddle_amp_ext._native import fp8_kernel
+from paddle_amp_ext.fp8.blocks import block_amax, quantize_blocks, quantize_both, quantize_into
+from paddle_amp_ext.fp8.formats import fp8_format, quantize
 
 PATHS = [None, False]  # the compiled kernel where it can be had, and numpy
 
@@ -191,5 +195,77 @@ def test_the_load_probe_refuses_a_column_kernel_that_answers_wrongly():
     def refuses(*args):
         return -1
 
-    assert probes.wrong_fp8_answer(*kernel[:3], writes_nothing).startswith("columns, format 0: [")
-    assert probes.wrong_fp8_answer(*kernel[:3], refuses) == "columns, format 0: refused"
+    assert probes.wrong_fp8_answer(*kernel[:3], writes_nothing, kernel[4]).startswith("columns, format 0: [")
+    assert probes.wrong_fp8_answer(*kernel[:3], refuses, kernel[4]) == "columns, format 0: refused"
+
+
+def test_the_load_probe_refuses_a_two_way_kernel_that_answers_wrongly():
+    from paddle_amp_ext._native import fp8_kernel, probes
+
+    kernel = fp8_kernel()
+    if kernel is None:
+        pytest.skip("no compiled FP8 kernel here")
+
+    def rows_only(src, dst_rows, dst_cols, rows, cols, block, scale_rows, scale_cols, *rest):
+        return kernel[2](src, dst_rows, rows, cols, 1, block, scale_rows, *rest[:-1])  # the columns never written
+
+    def swapped(src, dst_rows, dst_cols, *args):
+        return kernel[4](src, dst_cols, dst_rows, *args)
+
+    assert probes.wrong_fp8_answer(*kernel[:4], lambda *args: -1) == "both, format 0: refused"
+    assert probes.wrong_fp8_answer(*kernel[:4], rows_only).startswith("both, format 0: [")
+    assert probes.wrong_fp8_answer(*kernel[:4], swapped).startswith("both, format 0: [")
+
+    def wrong_range(*args):
+        done = kernel[4](*args)
+        ctypes.c_float.from_address(args[-1]).value = -1.0  # the smallest scale
+        return done
+
+    assert probes.wrong_fp8_answer(*kernel[:4], wrong_range).startswith("both, format 0: scale range [-1.0")
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 129), (130, 5), (257, 300), (128, 128)])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+def test_quantize_both_gives_what_two_quantizations_give(shape, fmt):
+
+    spec = fp8_format(fmt)
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-30, 30, shape)).astype(np.float32)
+    x.flat[:: 7] = 0.0
+    x.flat[1:: 11] = np.nan
+    x.flat[2:: 13] = -np.inf
+    x.flat[3:: 17] = 1e-45
+    for kernel in (fp8_kernel(), None):
+        rows, cols = np.full_like(x, 7.0), np.full_like(x, 7.0)
+        done, scale_range = quantize_both(x, 128, spec, rows, cols, 0.0, True, kernel)
+        want = quantize_into(x, (1, 128), None, spec, None, True, 0.0, True, kernel)
+        want_cols = quantize_into(x, (128, 1), None, spec, None, True, 0.0, True, kernel)
+        assert np.array_equal(rows, want.values, equal_nan=True)
+        assert np.array_equal(np.signbit(rows), np.signbit(want.values))
+        assert np.array_equal(cols, want_cols.values, equal_nan=True)
+        assert np.array_equal(np.signbit(cols), np.signbit(want_cols.values))
+        assert np.array_equal(done.scales, want.scales) and done[1:4] == want[1:4]
+        assert scale_range == (None if kernel is None else (want.scales.min(), want.scales.max()))
+
+
+def test_quantize_both_from_threads_gives_each_its_own():
+
+    spec = fp8_format("e4m3fn")
+    inputs = [np.random.default_rng(i).standard_normal((200, 150)).astype(np.float32) * (i + 1) for i in range(4)]
+    wanted = [(quantize_into(x, (1, 128), None, spec, None, True, 0.0, True, None).values,
+               quantize_into(x, (128, 1), None, spec, None, True, 0.0, True, None).values) for x in inputs]
+    failures = []
+
+    def work(i):
+        for _ in range(20):
+            rows, cols = np.empty_like(inputs[i]), np.empty_like(inputs[i])
+            quantize_both(inputs[i], 128, spec, rows, cols, 0.0, True, fp8_kernel())
+            if not (np.array_equal(rows, wanted[i][0]) and np.array_equal(cols, wanted[i][1])):
+                failures.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []

@@ -315,3 +315,13 @@ def test_a_forked_child_records_although_a_thread_held_the_lock_at_the_fork():
     assert os.waitstatus_to_exitcode(status) == 0
     stats.add_counts("p", "input", "e4m3fn", 0, 0, 2, 1.0, np.ones(1, np.float32))
     assert stats.recorded == 1  # the parent's own lock still works
+
+
+def test_a_scale_range_from_the_kernel_makes_the_record_the_scales_would():
+    scales = np.array([[2.0**-3, 256.0], [0.0, 2.0**127]], np.float32)
+    computed, given = Fp8Stats(), Fp8Stats()
+    computed.add_counts("a", "input", "e4m3fn", 1, 2, 8, 3.5, scales)
+    given.add_counts("a", "input", "e4m3fn", 1, 2, 8, 3.5, scales, scale_range=(np.float32(0.0), 2.0**127))
+    assert computed.records == given.records
+    assert (given.records[0].scale_min, given.records[0].scale_max) == (0.0, 2.0**127)
+    assert type(given.records[0].scale_min) is float  # a host float, as the dashboards write it
