@@ -11,22 +11,12 @@ whole list at once gives (the first of equal values is kept, as Python's ``max``
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, Protocol, Tuple
+from typing import Dict, Iterable, Tuple
+
+from .record import QuantRecord
 
 #: The reduced quantities, in the order of the metric registry's FP8 quantities.
 QUANTITIES = ("saturated", "flushed", "amax", "scale_min", "scale_max")
-
-
-class _Record(Protocol):
-    layer: str
-    role: str
-    step: int
-    fmt: str
-    saturated: float
-    flushed: float
-    amax: float
-    scale_min: float
-    scale_max: float
 
 
 def _larger(kept: float, value: float) -> float:
@@ -49,7 +39,7 @@ class Reduction:
         self.last_step = -1
         self.fmt = ""
 
-    def add(self, r: _Record) -> None:
+    def add(self, r: QuantRecord) -> None:
         """Fold one record in (records come in step order, so a new step is a step not seen)."""
         self.saturated = _larger(self.saturated, r.saturated)
         self.flushed = _larger(self.flushed, r.flushed)
@@ -72,7 +62,7 @@ class Reduction:
         return self.saturated, self.flushed, self.amax, self.scale_min, self.scale_max
 
 
-def fold(into: Dict[Tuple[str, str], Reduction], records: Iterable[_Record]) -> Dict[Tuple[str, str], Reduction]:
+def fold(into: Dict[Tuple[str, str], Reduction], records: Iterable[QuantRecord]) -> Dict[Tuple[str, str], Reduction]:
     """Fold ``records`` (in order) into the per-(layer, tensor) reductions ``into``; returns ``into``."""
     for r in records:
         key = (r.layer, r.role)

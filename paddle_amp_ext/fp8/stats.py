@@ -20,43 +20,17 @@ import numbers
 import os
 import threading
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from .._log import warn_once
 from ..dashboards.metrics import FP8_QUANTITIES, FP8_TENSORS, fp8_tag
+from .record import QuantRecord
 from .reduction import QUANTITIES, Reduction, copied, fold
 
 ROLES = FP8_TENSORS
-
-
-@dataclass(frozen=True)
-class QuantRecord:
-    """One quantization of one tensor.
-
-    Attributes:
-        layer: the layer's name in the model.
-        role: ``"input"``, ``"weight"`` or ``"output_grad"``.
-        step: the training step it belongs to.
-        fmt: the FP8 format (``"e4m3fn"`` or ``"e5m2"``).
-        saturated: the fraction of values clipped to +-max.
-        flushed: the fraction of nonzero values rounded to zero.
-        amax: the tensor's largest absolute value.
-        scale_min: the smallest of its scales.
-        scale_max: the largest of its scales.
-    """
-
-    layer: str
-    role: str
-    step: int
-    fmt: str
-    saturated: float
-    flushed: float
-    amax: float
-    scale_min: float
-    scale_max: float
 
 
 #: The ended steps whose records an :class:`Fp8Stats` keeps by default (about 0.35 KB a record:
