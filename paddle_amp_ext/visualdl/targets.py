@@ -32,7 +32,41 @@ from .records import _FILE_FLAGS, RecordFile, ScalarEncoder, open_run_dir
 MARKERS = ("vdlrecords.", tb.PREFIX, "wandb", "run-")
 
 
-class WandbFile(RecordFile):
+class SequencedRunFile(RecordFile):
+    """A library's offline run file written as a record file: one ``write`` per flush of steps
+    that ``self._sequence`` numbers and frames (committed once written, so a failed write changes
+    nothing); ``close()`` in the process that opened it appends the run's end
+    (:meth:`_end_records`) unless the file was removed. A subclass sets ``_sequence``.
+    """
+
+    #: each step is written once, whole (the library keeps one value per key and step)
+    whole_steps = True
+    _sequence: Any
+
+    def __init__(self, base: str, parts: List[str], layout: FileFormat) -> None:
+        self._pid = os.getpid()
+        super().__init__(base, parts, "", layout)
+
+    def write(self, chunks: List[Any]) -> None:
+        data, state = self._sequence.encode(chunks, self._good)
+        if data:
+            self.write_bytes(data)
+        self._sequence.commit(state)
+
+    def _end_records(self) -> bytes:
+        """The run's end records, framed from ``self._good``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self._fd >= 0 and os.getpid() == self._pid and not self.removed():
+            try:
+                self.write_bytes(self._end_records())
+            except OSError:
+                pass  # a run without its end is synced as failed (W&B) or crashed (SwanLab): nothing worse
+        super().close()
+
+
+class WandbFile(SequencedRunFile):
     """W&B's offline run file (``RUN/wandb/offline-run-*/run-<id>.wandb``, an empty ``files/`` beside
     it), created and written as a record file: one ``write`` per flush, cut back to its last whole
     record after a failed write, re-created (same run) when removed. The records are numbered and
@@ -40,36 +74,21 @@ class WandbFile(RecordFile):
     write changes nothing. ``close()`` in the process that opened it appends the run's end (its exit record).
     """
 
-    #: each step is written once, whole (W&B keeps one history record per step)
-    whole_steps = True
-
     def __init__(self, base: str, parts: List[str], info: wandb_file.RunInfo) -> None:
         self.info = info
         self._sequence = wandb_file.Sequence(info)
-        self._pid = os.getpid()
         layout = FileFormat("run-", lambda suffix: info.file_name, lambda ms: wandb_file.header(info))
-        super().__init__(base, list(parts) + ["wandb", info.dir_name], "", layout)
+        super().__init__(base, list(parts) + ["wandb", info.dir_name], layout)
 
     def _open_new(self) -> None:
         super()._open_new()
         os.close(open_run_dir(self._base, self._parts + ["files"]))  # where `wandb sync` writes what it uploads
 
-    def write(self, chunks: List[wandb_file.HistoryStep]) -> None:
-        data, state = self._sequence.encode(chunks, self._good)
-        if data:
-            self.write_bytes(data)
-        self._sequence.commit(state)
-
-    def close(self) -> None:
-        if self._fd >= 0 and os.getpid() == self._pid and not self.removed():
-            try:
-                self.write_bytes(self._sequence.exit_records(self._good))
-            except OSError:
-                pass  # a run without its exit record is synced as failed: nothing worse
-        super().close()
+    def _end_records(self) -> bytes:
+        return self._sequence.exit_records(self._good)  # without it, W&B syncs the run as failed
 
 
-class SwanLabFile(RecordFile):
+class SwanLabFile(SequencedRunFile):
     """SwanLab's offline run file (``RUN/run-<time>-<id>/run-<id>.swanlab``, ``files/config.yaml``
     and ``files/swanlab-metadata.json`` beside it), created and written as a record file: one
     ``write`` per flush, cut back to its last whole record after a failed write, re-created (same
@@ -78,15 +97,11 @@ class SwanLabFile(RecordFile):
     nothing. ``close()`` in the process that opened it appends the run's end (its finish record).
     """
 
-    #: each step is written once, whole (SwanLab keeps one value per key and step)
-    whole_steps = True
-
     def __init__(self, base: str, parts: List[str], info: swanlab_file.RunInfo) -> None:
         self.info = info
         self._sequence = swanlab_file.Sequence()
-        self._pid = os.getpid()
         layout = FileFormat("run-", lambda suffix: info.file_name, self._header)
-        super().__init__(base, list(parts) + [info.dir_name], "", layout)
+        super().__init__(base, list(parts) + [info.dir_name], layout)
 
     def _files_dir(self) -> str:
         return os.path.abspath(os.path.join(self._base, *self._parts, "files"))
@@ -112,19 +127,8 @@ class SwanLabFile(RecordFile):
         finally:
             os.close(dir_fd)
 
-    def write(self, chunks: List[swanlab_file.ScalarStep]) -> None:
-        data, state = self._sequence.encode(chunks, self._good)
-        if data:
-            self.write_bytes(data)
-        self._sequence.commit(state)
-
-    def close(self) -> None:
-        if self._fd >= 0 and os.getpid() == self._pid and not self.removed():
-            try:
-                self.write_bytes(self._sequence.end_records(self._good, self._files_dir()))
-            except OSError:
-                pass  # a run without its finish record is synced as crashed: nothing worse
-        super().close()
+    def _end_records(self) -> bytes:
+        return self._sequence.end_records(self._good, self._files_dir())  # without it, SwanLab syncs the run as crashed
 
 
 def open_target(name: str, base: str, parts: List[str], suffix: str) -> Tuple[Any, Any]:
