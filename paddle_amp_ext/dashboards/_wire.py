@@ -1,4 +1,4 @@
-"""Protocol-buffer wire pieces shared by the record encoders (VisualDL's and TensorBoard's)."""
+"""Protocol-buffer wire pieces shared by the record encoders (VisualDL's, TensorBoard's, W&B's and SwanLab's)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,21 @@ def varint(value: int) -> bytes:
         else:
             out.append(low)
             return bytes(out)
+
+
+def length_field(number: int, body: bytes) -> bytes:
+    """A length-delimited field ``number`` (a string's bytes or a message)."""
+    return varint(number << 3 | 2) + varint(len(body)) + body
+
+
+def string_field(number: int, value: str) -> bytes:
+    """A string field ``number`` (proto3: an empty string is left out)."""
+    return length_field(number, value.encode("utf-8")) if value else b""
+
+
+def int_field(number: int, value: int) -> bytes:
+    """A varint field ``number`` (proto3: 0 is left out)."""
+    return varint(number << 3) + varint(value) if value else b""
 
 
 def float32_bytes(value: float) -> bytes:

@@ -27,8 +27,6 @@ import math
 import numbers
 import os
 import random
-import secrets
-import string
 import struct
 import time
 from dataclasses import dataclass, field
@@ -37,6 +35,10 @@ from zlib import crc32
 
 from .._log import warn_once
 from ._leveldb import _FULL_SEED, _PACK_CHUNK, BLOCK, frame
+from ._offline_run import OfflineRun, new_run_id  # noqa: F401 - new_run_id: re-exported
+from ._wire import int_field as _int
+from ._wire import length_field as _len
+from ._wire import string_field as _string
 from ._wire import varint
 
 #: ``:SWL``, the magic 0xE1D6 little-endian, the store version 2 (what swanlab 0.10.3 reads)
@@ -46,7 +48,6 @@ MAX_STEP = 1 << 48
 #: what SwanLab 0.10.3 writes into ``files/`` with every probe off (as the hook's library run had)
 CONFIG_YAML = b"{}\n"
 METADATA_JSON = b'{"_version":2,"hardware":null,"runtime":null,"git":null,"swanlab":null}'
-_ID_CHARS = string.ascii_lowercase + string.digits
 _PACK_DOUBLE = struct.Struct("<d").pack
 _ZERO = _PACK_DOUBLE(0.0)
 _START, _FINISH, _CONFIG, _METADATA = -1, -2, -3, -4
@@ -54,28 +55,10 @@ _SCALAR_TYPE = b"\x18\x01"  # ScalarRecord.type: COLUMN_TYPE_SCALAR
 _SHORT = [bytes((n,)) for n in range(128)]  # a varint below 128: one byte
 
 
-def _len(number: int, body: bytes) -> bytes:
-    """A protobuf length-delimited field (a string or a message)."""
-    return varint(number << 3 | 2) + varint(len(body)) + body
-
-
-def _string(number: int, value: str) -> bytes:
-    return _len(number, value.encode("utf-8")) if value else b""  # proto3: an empty string is left out
-
-
-def _int(number: int, value: int) -> bytes:
-    return varint(number << 3) + varint(value) if value else b""
-
-
 def timestamp(ms: int) -> bytes:
     """A ``google.protobuf.Timestamp`` body for the wall time ``ms`` (milliseconds)."""
     ms = int(ms)
     return _int(1, ms // 1000) + _int(2, ms % 1000 * 1_000_000)
-
-
-def new_run_id() -> str:
-    """A run id as SwanLab makes one (``generate_id``): 8 random base-36 characters."""
-    return "".join(secrets.choice(_ID_CHARS) for _ in range(8))
 
 
 def new_color() -> str:
@@ -85,23 +68,12 @@ def new_color() -> str:
 
 
 @dataclass(frozen=True)
-class RunInfo:
-    """What the start record holds, fixed when the run opens."""
+class RunInfo(OfflineRun):
+    """What the start record holds, fixed when the run opens: ``run-<local start time>-<id>/run-<id>.swanlab``."""
 
-    name: str
-    project: str = "paddle-amp-ext"
-    run_id: str = field(default_factory=new_run_id)
-    start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    EXTENSION = ".swanlab"
+
     color: str = field(default_factory=new_color)
-
-    @property
-    def dir_name(self) -> str:
-        """``run-<local start time>-<id>``, as SwanLab names an offline run's directory."""
-        return f"run-{time.strftime('%Y%m%d_%H%M%S', time.localtime(self.start_ms / 1000))}-{self.run_id}"
-
-    @property
-    def file_name(self) -> str:
-        return f"run-{self.run_id}.swanlab"
 
 
 def _record(num: int, now: bytes, kind: int, body: bytes) -> bytes:

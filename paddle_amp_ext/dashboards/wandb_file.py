@@ -25,15 +25,17 @@ from __future__ import annotations
 
 import numbers
 import os
-import secrets
 import socket
-import string
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .._log import warn_once
 from ._leveldb import BLOCK, frame  # noqa: F401 - BLOCK: re-exported (the tests frame across blocks)
+from ._offline_run import OfflineRun, new_run_id  # noqa: F401 - new_run_id: re-exported
+from ._wire import int_field as _int
+from ._wire import length_field as _message
+from ._wire import string_field as _string
 from ._wire import varint
 
 #: ``:W&B``, the magic 0xBEE1 little-endian, the store version 0
@@ -41,25 +43,11 @@ MAGIC = b":W&B\xe1\xbe\x00"
 _INT64_MAX = (1 << 63) - 1
 #: the version info of the header record (what wandb 0.31.0's wandb-core writes as min_consumer)
 MIN_CONSUMER = "0.70.0"
-_ID_CHARS = string.ascii_lowercase + string.digits
 _varint = varint  # the name this module had
 
 
 def _bytes_field(key: bytes, value: bytes) -> bytes:
     return key + varint(len(value)) + value
-
-
-def _string(number: int, value: str) -> bytes:
-    """A protobuf string field (proto3: an empty one is left out)."""
-    return _bytes_field(varint(number << 3 | 2), value.encode("utf-8")) if value else b""
-
-
-def _message(number: int, body: bytes) -> bytes:
-    return _bytes_field(varint(number << 3 | 2), body)
-
-
-def _int(number: int, value: int) -> bytes:
-    return varint(number << 3) + varint(value) if value else b""
 
 
 def json_number(value: object) -> str:
@@ -81,30 +69,15 @@ def json_number(value: object) -> str:
     return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
 
 
-def new_run_id() -> str:
-    """A run id as W&B makes one: 8 random base-36 characters."""
-    return "".join(secrets.choice(_ID_CHARS) for _ in range(8))
-
-
 @dataclass(frozen=True)
-class RunInfo:
-    """What the run record holds, fixed when the run opens."""
+class RunInfo(OfflineRun):
+    """What the run record holds, fixed when the run opens: ``offline-run-<local start time>-<id>/run-<id>.wandb``."""
 
-    name: str
-    project: str = "paddle-amp-ext"
-    run_id: str = field(default_factory=new_run_id)
-    start_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    DIR_PREFIX = "offline-run-"
+    EXTENSION = ".wandb"
+
     host: str = field(default_factory=socket.gethostname)
     producer: str = "paddle-amp-ext"
-
-    @property
-    def dir_name(self) -> str:
-        """``offline-run-<local start time>-<id>``, as W&B names an offline run's directory."""
-        return f"offline-run-{time.strftime('%Y%m%d_%H%M%S', time.localtime(self.start_ms / 1000))}-{self.run_id}"
-
-    @property
-    def file_name(self) -> str:
-        return f"run-{self.run_id}.wandb"
 
 
 def _info(run_id: str) -> bytes:
