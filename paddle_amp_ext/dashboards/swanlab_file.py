@@ -52,7 +52,6 @@ _PACK_DOUBLE = struct.Struct("<d").pack
 _ZERO = _PACK_DOUBLE(0.0)
 _START, _FINISH, _CONFIG, _METADATA = -1, -2, -3, -4
 _SCALAR_TYPE = b"\x18\x01"  # ScalarRecord.type: COLUMN_TYPE_SCALAR
-_SHORT = [bytes((n,)) for n in range(128)]  # a varint below 128: one byte
 
 
 def timestamp(ms: int) -> bytes:
@@ -132,7 +131,7 @@ class ScalarEncoder:
             body = (keys_cache.get(key) or self._key(key)) + tail + (b"\x2a\x09\x09" + raw if raw != zero
                                                                       else b"\x2a\x00")
             keys.append(key)
-            scalars.append(b"\x6a" + (_SHORT[len(body)] if len(body) < 128 else varint(len(body))) + body)
+            scalars.append(b"\x6a" + varint(len(body)) + body)
         return ScalarStep(step, keys, scalars)
 
     def _key(self, key: str) -> bytes:
@@ -202,7 +201,7 @@ class Sequence:
                     out.append(part)
                     offset += len(part)
                 num += 1
-                record = b"\x08" + (_SHORT[num] if num < 128 else varint(num)) + now + scalar
+                record = b"\x08" + varint(num) + now + scalar
                 size = len(record)
                 if offset % BLOCK + 7 + size <= BLOCK:  # the usual case, framed inline: one full chunk
                     out.append(_PACK_CHUNK(crc32(record, _FULL_SEED), size, 1) + record)
