@@ -260,8 +260,6 @@ class VisualDLHook(NotCopyable):
         self._out = self._outs[0] if self._outs else None  # the first backend's writer
         self._closed = False
         self._skipped = 0
-        self._scale: Any = None  # the last step's loss scale and its two rows (immutable tuples)
-        self._scale_rows: Tuple[Row, Row] = ()  # type: ignore[assignment]
         self._fp8: Optional[Fp8Stats] = None
         self._fp8_since = 0  # the position in the watched stats' run of records up to which they are written
 
@@ -297,10 +295,7 @@ class VisualDLHook(NotCopyable):
         result = event.result
         self._skipped += result.skipped
         rows: List[Row] = [] if event.loss is None else [(_LOSS, self._loss(event.loss))]
-        scale = result.loss_scale
-        if scale != self._scale or scale.__class__ is not self._scale.__class__ or not scale > 0:
-            self._scale, self._scale_rows = scale, scale_rows(scale)  # the scale changes rarely: its rows are kept
-        rows += self._scale_rows
+        rows += scale_rows(result.loss_scale)
         rows.append((_SKIPPED_STEPS, float(self._skipped)))
         if result.grad_norm is not None:
             # a DistTensor norm is Replicate: its local value is the global norm (read with no collective)
