@@ -9,8 +9,8 @@ import paddle
 from .. import _compat
 from ..dashboards import metrics
 from ..scaler import GradScaler
-from .hook import NotCopyable, add_step, close_all, open_writers, scale_rows
-from .writer import Row
+from .hook import NotCopyable, add_step, close_all, open_writers
+from .steps import Row, scale_rows
 
 
 class VisualDLCallback(NotCopyable, paddle.callbacks.Callback):

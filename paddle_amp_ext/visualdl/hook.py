@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import itertools
-import math
-import numbers
 import os
+import threading
 import time
 from typing import Any, List, Optional, Tuple
 
 import paddle
 
-from .. import _compat
 from .._log import logger, warn_once
 from ..dashboards import backends, metrics
 from ..events import StepEvent
 from ..fp8.stats import Fp8Stats
-from . import records
+from . import flusher, records, shutdown
+from .steps import MAX_STEP, PendingSteps, Row, checked_step
 from .targets import has_records as _has_records
-from .writer import BatchedWriter, Row
+from .writer import BatchedWriter
 
 #: Every tag a hook writes, in the order VisualDL's ``amp`` group shows them (the registry's names).
 TAGS = metrics.NAMES
@@ -173,36 +172,6 @@ class NotCopyable:
                          "scaler, use scaler.state_dict() / set_state_dict().")
 
 
-#: the registry's tag names, bound once (``on_step`` runs every step)
-_LOSS, _LOSS_SCALE, _LOG2_LOSS_SCALE = metrics.LOSS.name, metrics.LOSS_SCALE.name, metrics.LOG2_LOSS_SCALE.name
-_SKIPPED_STEPS, _GRAD_NORM, _LR = metrics.SKIPPED_STEPS.name, metrics.GRAD_NORM.name, metrics.LR.name
-
-
-def scale_rows(loss_scale: float) -> Tuple[Row, Row]:
-    """``amp/loss_scale`` (raw, e.g. 65536) and ``amp/log2_loss_scale`` (16) for a host scale."""
-    return (_LOSS_SCALE, loss_scale), (_LOG2_LOSS_SCALE, math.log2(loss_scale) if loss_scale > 0 else float("-inf"))
-
-
-#: the largest step VisualDL's ``Value.id`` (an int64) holds
-MAX_STEP = 2**63 - 1
-
-
-def checked_step(step: Any) -> int:
-    """``step`` as VisualDL's step id (an int >= 0), or a TypeError/ValueError naming it.
-
-    Raises:
-        TypeError: ``step`` is not an int (a bool, a float, a tensor).
-        ValueError: ``step`` is negative or beyond int64.
-    """
-    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
-        raise TypeError(f"StepEvent.step must be an int >= 0 (the 0-based iteration VisualDL plots on its x axis). "
-                        f"Received: step={step!r} (of type {type(step).__name__})")
-    if not 0 <= step <= MAX_STEP:
-        raise ValueError(f"StepEvent.step must be an int from 0 to {MAX_STEP} (the 0-based iteration VisualDL plots "
-                         f"on its x axis, an int64). Received: step={step!r}. Count iterations from 0.")
-    return int(step)
-
-
 class VisualDLHook(NotCopyable):
     """Log loss, loss scale, skips, grad norm and lr to VisualDL (or TensorBoard, SwanLab, W&B) at every step.
 
@@ -259,9 +228,18 @@ class VisualDLHook(NotCopyable):
                                   report_to)
         self._out = self._outs[0] if self._outs else None  # the first backend's writer
         self._closed = False
-        self._skipped = 0
         self._fp8: Optional[Fp8Stats] = None
         self._fp8_since = 0  # the position in the watched stats' run of records up to which they are written
+        self._flush_every = flush_every
+        #: the steps not yet handed to the writers (None on a rank that does not log, and after close)
+        self._pending: Optional[Any] = None
+        if self._outs:
+            steps = PendingSteps(self._outs)
+            for out in self._outs:
+                out.feed_from(steps)
+            self._pending = steps.events
+        # without a background flusher (none could start) every step asks whether flush_secs have passed
+        self._attend_at = flush_every if flusher.alive() or flush_secs == float("inf") else 1
 
     @property
     def active(self) -> bool:
@@ -269,7 +247,8 @@ class VisualDLHook(NotCopyable):
         return self._out is not None and not self._out.closed
 
     def on_step(self, event: StepEvent) -> None:
-        """Buffer the step's values on the device; write after ``flush_every`` steps or ``flush_secs``.
+        """Keep the step's event (one append: its values stay on the device); write after
+        ``flush_every`` steps or ``flush_secs``.
 
         No device-to-host sync on this step unless it is a flush (one read of the buffer).
 
@@ -279,33 +258,42 @@ class VisualDLHook(NotCopyable):
         Raises:
             TypeError, ValueError: ``event.step`` is not an int >= 0 (nothing is buffered).
         """
+        pending = self._pending
+        if pending is None:
+            self._not_logged(event)
+            return
+        step = event.step
+        if step.__class__ is not int or not 0 <= step <= MAX_STEP:
+            checked_step(step)
+        fp8 = self._fp8
+        pending.append((event, int(time.time() * 1000), None if fp8 is None else self._end_fp8_step(fp8)))
+        count = len(pending)
+        if count == 1 or count >= self._attend_at:
+            self._attend(count)
+
+    def _not_logged(self, event: StepEvent) -> None:
+        """A step after close() (warned once), or on a rank that does not log (whose watched FP8
+        stats still end their step with the scaler's)."""
         if self._closed:
             warn_once(f"visualdl:closed:{id(self)}", "VisualDLHook(%r).on_step after close(): step %d and later "
                       "steps are not logged. Remove the hook from the scaler or create a new one.",
                       self.logdir, event.step)
-            return
-        fp8 = self._fp8
-        if not self.active:
-            if fp8 is not None:  # a rank that does not log: the stats' steps still end with the scaler's
-                self._fp8_since = fp8.end_step(self._fp8_since)[1]
-            return
-        step = event.step
-        if step.__class__ is not int or not 0 <= step <= MAX_STEP:
-            step = checked_step(step)
-        result = event.result
-        self._skipped += result.skipped
-        rows: List[Row] = [] if event.loss is None else [(_LOSS, self._loss(event.loss))]
-        rows += scale_rows(result.loss_scale)
-        rows.append((_SKIPPED_STEPS, float(self._skipped)))
-        if result.grad_norm is not None:
-            # a DistTensor norm is Replicate: its local value is the global norm (read with no collective)
-            rows.append((_GRAD_NORM, _compat.local_value(result.grad_norm)))
-        if event.lr is not None:
-            rows.append((_LR, event.lr))
-        if fp8 is not None:  # host floats already: no device read
-            values, self._fp8_since = fp8.end_step(self._fp8_since)
-            rows += values.items()
-        add_step(self._outs, step, rows)
+        elif self._fp8 is not None:
+            self._fp8_since = self._fp8.end_step(self._fp8_since)[1]
+
+    def _end_fp8_step(self, fp8: Fp8Stats) -> Optional[List[Row]]:
+        """End the watched stats' step; its rows (host floats already: no device read), or None."""
+        values, self._fp8_since = fp8.end_step(self._fp8_since)
+        return list(values.items()) or None
+
+    def _attend(self, count: int) -> None:
+        """The first step after a flush puts the signal handlers back in front of one the script
+        installed since (main thread); ``flush_every`` steps flush, as does any step a writer
+        wants flushed (``flush_secs`` with no flusher; in a forked child)."""
+        if threading.get_ident() == threading.main_thread().ident:
+            shutdown.keep_handlers()
+        if count >= self._flush_every or any(out.wants_flush() for out in self._outs):
+            self.flush()
 
     def watch_fp8(self, stats: Optional[Fp8Stats]) -> None:
         """Write the FP8 statistics ``stats`` records at every step from now on; None stops.
@@ -353,17 +341,6 @@ class VisualDLHook(NotCopyable):
                              "stop the first with watch_fp8(None).")
         self._fp8, self._fp8_since = stats, stats.step_start()
 
-    def _loss(self, loss: Any) -> Any:
-        """The loss as logged: a loss of N elements is recorded as its mean (no kernel, no sync here:
-        the writer averages the values it reads), named once."""
-        shape = getattr(loss, "shape", None)
-        if shape is None or math.prod(shape) == 1:
-            return loss
-        warn_once(f"visualdl:vector:{id(self)}", "VisualDLHook: the loss given to scale() has shape %s, not one "
-                  "value: amp/loss records its mean (NaN for an empty loss). backward() of a non-scalar loss "
-                  "computes the gradient of its sum; pass loss.mean() to scale() if the mean was meant.", list(shape))
-        return loss if math.prod(shape) else math.nan
-
     def flush(self) -> None:
         """Write the buffered steps now (one device read)."""
         for out in self._outs:
@@ -372,6 +349,7 @@ class VisualDLHook(NotCopyable):
     def close(self) -> None:
         """Flush and close; steps after this are not logged. Idempotent."""
         self._closed = True
+        self._pending = None
         close_all(self._outs)
 
     @property

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Sequence
 
 import numpy as np
 import paddle
@@ -34,9 +34,9 @@ import paddle
 from .._log import logger, warn_once
 from . import flusher, shutdown
 from .records import split_existing
+from .steps import Row
 from .targets import open_target
 
-Row = Tuple[str, Any]  # (tag, host float or device tensor: a loss of N elements is recorded as its mean)
 #: a queued step: a plain tuple (step, walltime ms, rows) until encoded; then what the target's encoder
 #: made of it (bytes, or a step object for W&B and the libraries), kept so when its write failed
 Entry = Any
@@ -70,6 +70,34 @@ def host_means(array: np.ndarray, dtype: Any) -> List[float]:
     if rows.shape[1] == 0:
         return [math.nan] * rows.shape[0]
     return rows.astype(np.float64).mean(axis=1).tolist()
+
+
+def read_means(values: List[paddle.Tensor]) -> List[float]:
+    """The mean of each device value in ``values`` as a host float, in order: one stack and one
+    read in all when they share a dtype and shape (the usual case: every loss and norm a
+    0-d float32), else one per shape and dtype (a device-to-host sync each; run it off the
+    training thread or once per batch of steps).
+
+    Paddle's ``stack`` refuses values of other shapes (its infermeta) or dtypes (each kernel,
+    CPU and GPU, reads every input through ``DenseTensor::data<T>()``, which checks the dtype:
+    ``paddle/phi/kernels/{cpu,gpu}/stack_kernel.*``, from reading Paddle's code; seen on the CPU
+    with 2.6.2 and 3.3.1) with a ValueError, so they are only compared when it does.
+    """
+    try:
+        stacked = paddle.stack(values)
+    except ValueError:
+        pass
+    else:
+        return host_means(stacked.numpy().reshape(len(values), -1), stacked.dtype)
+    groups: dict = {}
+    for i, value in enumerate(values):
+        groups.setdefault((tuple(value.shape), value.dtype), []).append(i)
+    means = [math.nan] * len(values)
+    for (_, group_dtype), members in groups.items():
+        host = paddle.stack([values[i] for i in members]).numpy()
+        for i, mean in zip(members, host_means(host.reshape(len(members), -1), group_dtype)):
+            means[i] = mean
+    return means
 
 
 def _is_device(value: Any) -> bool:
@@ -119,6 +147,7 @@ class BatchedWriter:
         self._pid = os.getpid()  # a forked child's copy never writes (the parent writes these steps)
         self._inherited = False  # this is a forked child's copy (see forked())
         self._main = threading.main_thread().ident
+        self._sources: List[Any] = []  # PendingSteps whose events this writer's flushes turn into steps first
         shutdown.register(self)
         flusher.watch(self)
 
@@ -133,8 +162,12 @@ class BatchedWriter:
 
     @property
     def pending(self) -> int:
-        """Steps not yet in the file."""
-        return len(self._queue)
+        """Steps not yet in the file (also those still waiting in a hook's :class:`.steps.PendingSteps`)."""
+        return len(self._queue) + sum(len(source) for source in self._sources)
+
+    def feed_from(self, source: Any) -> None:
+        """Turn ``source``'s waiting events into steps (``source.pull()``) at the start of every flush."""
+        self._sources.append(source)
 
     def close_with(self, owner: Any) -> None:
         """Close this writer when ``owner`` (a hook) is garbage-collected without ``close()``."""
@@ -145,6 +178,8 @@ class BatchedWriter:
         parent writes its file, and the steps queued at the fork), so it keeps nothing."""
         self._inherited = True
         self._queue, self._failed = [], 0
+        for source in self._sources:
+            source.forked()
         try:
             self._file.close()  # the child's copy of the descriptor (the parent's stays open, its lock held)
         except OSError:  # pragma: no cover - closed already
@@ -153,18 +188,29 @@ class BatchedWriter:
     def add(self, step: int, walltime_ms: int, rows: List[Row]) -> None:
         """Buffer one step (one list append); flush at ``flush_every`` steps. In a forked child
         the step is not kept (warned once, see :meth:`forked`)."""
+        self.enqueue([(step, walltime_ms, rows)])
+        if threading.get_ident() == self._main:
+            shutdown.keep_handlers()  # a handler the script installed after the hook: ours goes first again
+        if len(self._queue) - self._failed >= self.flush_every or self.wants_flush():
+            self.flush()
+
+    def enqueue(self, entries: List[Entry]) -> None:
+        """Buffer the steps ``entries`` (``(step, walltime ms, rows)`` each) for the next flush; none
+        after :meth:`close`, none in a forked child (warned once)."""
         if self._inherited:
             warn_once(f"visualdl:forked:{id(self)}", "VisualDL hook: steps logged in process %d, a fork of process %d "
                       "that owns %s, are not recorded (the parent writes that file; a copy in the child would "
                       "interleave with it). Create the hook in the child for records of its own.", os.getpid(),
                       self._pid, self.path)
             return
-        queue = self._queue
-        queue.append((step, walltime_ms, rows))
-        if threading.get_ident() == self._main:
-            shutdown.keep_handlers()  # a handler the script installed after the hook: ours goes first again
-        if len(queue) - self._failed >= self.flush_every or (time.monotonic() >= self._due and not flusher.alive()):
-            self.flush()
+        if not self.closed:
+            self._queue += entries
+
+    def wants_flush(self) -> bool:
+        """True when the training thread is to flush now whatever the step count: ``flush_secs``
+        have passed and no background flusher runs, or this is a forked child's copy (whose
+        flush drops the child's steps, saying so once)."""
+        return self._inherited or time.monotonic() >= self._due and not flusher.alive()
 
     def flush(self) -> None:
         """Write what is buffered now (one device read): see :meth:`flush_now`."""
@@ -197,6 +243,7 @@ class BatchedWriter:
         never the host rows."""
         if self.closed or os.getpid() != self._pid:
             return
+        self._pull()
         self._write_host_rows()
         with paddle.no_grad():  # per thread in Paddle, as its AMP state: the training thread's is not touched
             self._write(self._encode_stacked)
@@ -223,6 +270,10 @@ class BatchedWriter:
                            "size limited); every record in the file is whole.", self.dropped, self.path)
 
     # ------------------------------------------------------------------ internals
+    def _pull(self) -> None:
+        for source in self._sources:
+            source.pull()
+
     def _usable(self) -> bool:
         if self.closed or os.getpid() != self._pid:
             return False
@@ -241,6 +292,7 @@ class BatchedWriter:
         """Write the first ``count`` queue entries; they leave the queue only once written."""
         self._due = time.monotonic() + self.flush_secs
         self.last_write = flusher.clock()
+        self._pull()
         count = len(self._queue)  # a step another thread adds meanwhile waits for the next flush
         if not count or not self._usable():
             return
@@ -288,20 +340,15 @@ class BatchedWriter:
             self._queue[i] = (step, wall, [r for r in rows if _is_device(r[1])])
 
     def _encode_stacked(self, entries: List[Entry]) -> List[Any]:
-        """``entries`` encoded, one device read in all (one stack per shape and dtype). The device
-        values in the rows are replaced by host floats in place (idempotent: an interrupted
-        encode leaves rows that encode the same)."""
-        tensor, groups = paddle.Tensor, {}
-        for entry in entries:
-            if _is_encoded(entry):
-                continue
-            for j, row in enumerate(entry[2]):
-                value = row[1]
-                if isinstance(value, tensor):
-                    groups.setdefault((tuple(value.shape), value.dtype), []).append((entry[2], j))
-        for (_, dtype), members in groups.items():
-            host = paddle.stack([rows[j][1] for rows, j in members]).numpy()
-            for (rows, j), value in zip(members, host_means(host.reshape(len(members), -1), dtype)):
+        """``entries`` encoded, the device values read in one transfer (one per shape and dtype when
+        they differ: :func:`read_means`). They are replaced by host floats in the rows in place
+        (idempotent: an interrupted encode leaves rows that encode the same)."""
+        tensor = paddle.Tensor
+        members = [(rows, j) for entry in entries if entry.__class__ is tuple
+                   for rows in (entry[2],) for j, row in enumerate(rows) if isinstance(row[1], tensor)]
+        if members:
+            means = read_means([rows[j][1] for rows, j in members])
+            for (rows, j), value in zip(members, means):
                 rows[j] = (rows[j][0], value)
         return self._encoded(entries)
 

@@ -87,7 +87,7 @@ if WHAT in ("chains_back", "ignored"):  # a handler installed after the hook, wr
         print("still running", flush=True)
     except KeyboardInterrupt:
         print("KeyboardInterrupt", flush=True)
-    print("written", len(hook._out._queue) == 0, flush=True)
+    print("written", hook._out.pending == 0, flush=True)
     sys.exit(0)
 hook = amp.VisualDLHook(LOGDIR, run_name="", flush_every=10**6, flush_secs=0.5)
 if WHAT == "hung_device":
