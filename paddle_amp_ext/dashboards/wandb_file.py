@@ -110,11 +110,13 @@ class HistoryStep:
 class HistoryEncoder:
     """A step as W&B's ``log()`` records it: the values, ``_timestamp`` (seconds), ``_runtime``
     (seconds since the run's start) and ``_step``. Everything of an item but its value is computed
-    once per tag and length of the value."""
+    once per tag and length of the value; an item whose value is the tag's last nonzero one (the
+    loss scale, the learning rate, the skip count: most steps) is the last item again."""
 
     def __init__(self, info: RunInfo) -> None:
         self._start = info.start_ms
         self._prefixes: Dict[Tuple[str, int], bytes] = {}
+        self._last: Dict[str, Tuple[float, bytes]] = {}  # per tag, its last nonzero value and item
 
     def _prefix(self, tag: str, size: int) -> bytes:
         """A HistoryItem (SummaryItem) up to its value's bytes: the item's field and length, its key
@@ -124,15 +126,28 @@ class HistoryEncoder:
         prefix = self._prefixes[(tag, size)] = b"\x0a" + varint(len(body) + size) + body
         return prefix
 
+    def _item(self, tag: str, text: str) -> bytes:
+        raw = text.encode("ascii")
+        return (self._prefixes.get((tag, len(raw))) or self._prefix(tag, len(raw))) + raw
+
     def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> HistoryStep:
-        prefixes, number, items = self._prefixes, json_number, []
-        tags = [tag for tag, _ in values] + ["_timestamp", "_runtime", "_step"]
-        texts = [repr(value) if value.__class__ is float and value - value == 0 else number(value)  # finite: inline
-                 for _, value in values]
-        texts += [repr(walltime_ms / 1000), repr((walltime_ms - self._start) / 1000), str(int(step))]
-        for tag, text in zip(tags, texts):
-            raw = text.encode("ascii")
-            items.append((prefixes.get((tag, len(raw))) or self._prefix(tag, len(raw))) + raw)
+        last, items, tags = self._last, [], []
+        for tag, value in values:
+            if value.__class__ is float and value - value == 0:  # finite (inline: the usual case)
+                kept = last.get(tag)
+                if kept is not None and kept[0] == value:  # nonzero, so -0.0 and 0.0 never share an item
+                    item = kept[1]
+                else:
+                    item = self._item(tag, repr(value))
+                    if value:
+                        last[tag] = (value, item)
+            else:
+                item = self._item(tag, json_number(value))
+            items.append(item)
+            tags.append(tag)
+        items += (self._item("_timestamp", repr(walltime_ms / 1000)),
+                  self._item("_runtime", repr((walltime_ms - self._start) / 1000)), self._item("_step", str(int(step))))
+        tags += ("_timestamp", "_runtime", "_step")
         return HistoryStep(step, tags, items)
 
 

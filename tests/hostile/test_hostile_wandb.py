@@ -212,3 +212,23 @@ def test_the_flush_summary_holds_each_keys_latest_value_when_steps_log_different
     data, _ = sequence.encode(steps, len(wf.MAGIC))
     summary = Record.FromString(list(leveldb_payloads(wf.MAGIC + data))[-1])
     assert history_items(summary) == {LOSS: 4.0, scale: 8.0, lr: 0.1, "_step": 3, "_timestamp": 4.0, "_runtime": 4.0}
+
+
+def test_a_repeated_value_reuses_its_item_and_every_item_is_wandbs_own():
+    """The encoder's per-tag cache of the last nonzero value: repeats, -0.0 after 0.0 (equal, not
+    the same text), NaN and inf (never equal to themselves or kept), the smallest subnormal, an
+    int; each step's items equal W&B's protobuf HistoryItem for the value, as json.dumps writes it."""
+    pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
+    import json
+
+    info = wf.RunInfo("exp", run_id="abc12345", start_ms=1_699_999_999_875, host="node-1")
+    encoder = wf.HistoryEncoder(info)
+    values = [1.0, 1.0, 0.0, -0.0, -0.0, 0.0, math.nan, math.nan, math.inf, math.inf, -math.inf, 1.0, 5e-324,
+              5e-324, 3, 3, 1.0, 65536.0, 65536.0]
+    for step, value in enumerate(values):
+        encoded = encoder.step(step, 1_700_000_000_000 + step, [("amp/loss_scale", value), ("amp/lr", 0.5)])
+        text = {math.inf: "Infinity", -math.inf: "-Infinity"}.get(value, json.dumps(float(value)))
+        text = "NaN" if value != value else text
+        for item, (key, expected) in zip(encoded.items[:2], [("amp/loss_scale", text), ("amp/lr", "0.5")]):
+            one = pb.HistoryRecord(item=[pb.HistoryItem(nested_key=[key], value_json=expected)])
+            assert item == one.SerializeToString(), (step, value)  # the item as a field of its record
