@@ -6,7 +6,7 @@ import math
 import numbers
 import struct
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Dict
 
 _UINT64 = (1 << 64) - 1
 _PACK_FLOAT32 = struct.Struct("<f").pack
@@ -15,7 +15,12 @@ _INF32, _NEG_INF32 = _PACK_FLOAT32(math.inf), _PACK_FLOAT32(-math.inf)
 
 #: the varints of 0..127: one byte each (lengths, small steps, field keys)
 _SHORT = [bytes((n,)) for n in range(128)]
+#: a varint's first byte when more follow: the low 7 bits and the continuation bit
+_CONTINUED = [bytes((n | 0x80,)) for n in range(128)]
 _PACK_U16 = struct.Struct("<H").pack
+#: the varints of ``value >> 7`` for values past two bytes: consecutive record numbers, steps and
+#: times of a run share them (a time in ms shares one for 128 ms); emptied at 4096 entries
+_HIGH: Dict[int, bytes] = {}
 
 
 def varint(value: int) -> bytes:
@@ -24,6 +29,18 @@ def varint(value: int) -> bytes:
     if 0 <= value < 0x4000:  # hot (every length, and a step below 16384): one or two bytes, no loop
         return _SHORT[value] if value < 0x80 else _PACK_U16((value & 0x7F | 0x80) | (value >> 7) << 8)
     value &= _UINT64
+    if value < 0x4000:  # an int past 64 bits, or a negative one, whose low 64 bits are small
+        return varint(value)
+    high = _HIGH.get(value >> 7)
+    if high is None:
+        if len(_HIGH) >= 4096:
+            _HIGH.clear()
+        high = _HIGH[value >> 7] = _varint_loop(value >> 7)
+    return _CONTINUED[value & 0x7F] + high
+
+
+def _varint_loop(value: int) -> bytes:
+    """The varint of an int from 0 to 2**64 - 1, 7 bits a byte."""
     out = bytearray()
     while True:
         low = value & 0x7F

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import threading
 
 import pytest
 
@@ -271,3 +272,42 @@ def test_a_forked_child_never_finishes_the_parents_library_run(tmp_path):
     assert not marker.exists(), "the child finished the parent's run"
     run.close()
     assert marker.read_text() == str(os.getpid())
+
+
+def test_varint_equals_protobufs_own_encoder_across_its_cache():
+    """Every width, the boundaries, ints past 64 bits and negative ones, and more distinct high
+    parts than the cache keeps (it is emptied and refilled): protobuf's own ``_VarintBytes`` of
+    the low 64 bits, every time."""
+    import random
+
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    from paddle_amp_ext.dashboards import _wire
+
+    rng = random.Random(7)
+    values = [2**k + d for k in range(0, 65) for d in (-1, 0, 1)] + [rng.getrandbits(rng.randint(1, 64))
+                                                                      for _ in range(20000)]
+    values += list(range(16000, 16400)) + [1_700_000_000_000 + ms for ms in range(0, 700_000, 97)]
+    for value in values + values:  # the second pass from the cache
+        assert varint(value) == _VarintBytes(value & (2**64 - 1)), value
+    assert len(_wire._HIGH) <= 4096
+    for value in (-1, -(2**63), 2**64, 2**64 + 2**30, 2**80 + 16384):
+        assert varint(value) == _VarintBytes(value & (2**64 - 1)), value
+
+
+def test_varint_from_many_threads_at_once():
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    failures = []
+
+    def encode(start):
+        for value in range(start, start + 30000, 3):
+            if varint(value) != _VarintBytes(value):
+                failures.append(value)
+
+    threads = [threading.Thread(target=encode, args=(base,)) for base in (16384, 1 << 21, 1 << 35, 1 << 62)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
