@@ -134,7 +134,7 @@ class AmpCallback(TrainerCallback):
     set itself is left as it is. :meth:`watch_fp8` adds the FP8 tags of an ``fp8_linears`` block.
     """
 
-    def __init__(self, logdir: Optional[str] = None, flush_every: int = 50, flush_secs: float = 1.0,
+    def __init__(self, logdir: Optional[str] = None, flush_every: int = 200, flush_secs: float = 1.0,
                  guard: bool = True, report_to: Any = "visualdl") -> None:
         check_flush_bounds(flush_every, flush_secs)
         self.logdir, self.flush_every, self.flush_secs, self.guard = logdir, flush_every, flush_secs, guard

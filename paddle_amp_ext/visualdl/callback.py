@@ -38,7 +38,7 @@ class VisualDLCallback(NotCopyable, paddle.callbacks.Callback):
         >>> model.fit(data, epochs=1, callbacks=[VisualDLCallback("runs/hapi")])  # doctest: +SKIP
     """
 
-    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 1.0,
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 200, flush_secs: float = 1.0,
                  all_ranks: bool = False, run_name: Optional[str] = None, report_to: Any = "visualdl") -> None:
         super().__init__()
         self.logdir: Optional[str] = None

@@ -220,7 +220,7 @@ class VisualDLHook(NotCopyable):
         ...     train(scaler)
     """
 
-    def __init__(self, logdir: str = "runs", *, flush_every: int = 50, flush_secs: float = 1.0,
+    def __init__(self, logdir: str = "runs", *, flush_every: int = 200, flush_secs: float = 1.0,
                  all_ranks: bool = False, filename_suffix: str = "", run_name: Optional[str] = None,
                  report_to: Any = "visualdl") -> None:
         self.logdir: Optional[str] = None

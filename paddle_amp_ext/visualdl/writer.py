@@ -125,7 +125,7 @@ class BatchedWriter:
     #: steps whose write failed, kept for a retry (about 150 bytes a step); older ones are dropped, counted
     MAX_BACKLOG = 100_000
 
-    def __init__(self, logdir: str, flush_every: int = 50, flush_secs: float = 1.0, filename_suffix: str = "",
+    def __init__(self, logdir: str, flush_every: int = 200, flush_secs: float = 1.0, filename_suffix: str = "",
                  run_parts: Sequence[str] = (), backend: str = "visualdl") -> None:
         check_flush_bounds(flush_every, flush_secs)
         self.backend = backend
