@@ -6,7 +6,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 
 def interleaved(variants: Dict[str, Callable[[], None]], steps: int, repeats: int, warmup: int = 20,
@@ -35,6 +35,12 @@ def paired_ratio(samples: Dict[str, List[float]], numerator: str, denominator: s
     Robust to the machine's speed drifting during the run, which moves both sides of a pair.
     """
     return statistics.median(a / b for a, b in zip(samples[numerator], samples[denominator]))
+
+
+def paired_quartiles(samples: Dict[str, List[float]], numerator: str, denominator: str) -> Tuple[float, float]:
+    """The first and third quartiles of the pairs' ratios (the spread around :func:`paired_ratio`)."""
+    low, _, high = statistics.quantiles([a / b for a, b in zip(samples[numerator], samples[denominator])], n=4)
+    return low, high
 
 
 def wall(cmd: List[str], repeats: int) -> float:
