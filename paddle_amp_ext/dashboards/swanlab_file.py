@@ -100,43 +100,25 @@ def header(info: RunInfo, files_dir: str, now_ms: int) -> bytes:
 
 
 class ScalarStep:
-    """One step encoded: its number, its keys and each value's ``ScalarRecord`` as the ``scalar``
-    field of a ``Record`` (numbered, with their column records where new, and framed at write
-    time, by :class:`Sequence`)."""
+    """One step checked: its number, its wall time and its values as floats (encoded, numbered and
+    framed at write time, by :class:`Sequence`)."""
 
-    __slots__ = ("step", "keys", "scalars")
+    __slots__ = ("step", "walltime_ms", "values")
 
-    def __init__(self, step: int, keys: List[str], scalars: List[bytes]) -> None:
-        self.step, self.keys, self.scalars = step, keys, scalars
+    def __init__(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> None:
+        self.step, self.walltime_ms, self.values = step, walltime_ms, values
 
 
 class ScalarEncoder:
-    """A step as SwanLab's ``log()`` records it: per value a ``ScalarRecord`` (key, step, type
-    scalar, the step's wall time, the value as a double). The key's bytes are computed once per key.
+    """A step's values as the doubles SwanLab stores; :class:`Sequence` writes each as SwanLab's
+    ``log()`` records it (a ``ScalarRecord``: key, step, type scalar, the step's wall time, the value).
 
     Raises (from ``step``) TypeError for a value that is no real number, as the other encoders do.
     """
 
-    def __init__(self) -> None:
-        self._keys: Dict[str, bytes] = {}
-
     def step(self, step: int, walltime_ms: int, values: List[Tuple[str, float]]) -> ScalarStep:
-        keys_cache, pack, zero = self._keys, _PACK_DOUBLE, _ZERO
-        tail = (_int(2, step) if step > 0 else b"") + _SCALAR_TYPE + _len(4, timestamp(walltime_ms))
-        keys, scalars = [], []
-        for key, value in values:
-            if value.__class__ is not float:
-                value = _as_float(value)
-            raw = pack(value)
-            body = (keys_cache.get(key) or self._key(key)) + tail + (b"\x2a\x09\x09" + raw if raw != zero
-                                                                      else b"\x2a\x00")
-            keys.append(key)
-            scalars.append(b"\x6a" + varint(len(body)) + body)
-        return ScalarStep(step, keys, scalars)
-
-    def _key(self, key: str) -> bytes:
-        encoded = self._keys[key] = _string(1, key)
-        return encoded
+        return ScalarStep(step, walltime_ms, [(key, value if value.__class__ is float else _as_float(value))
+                                              for key, value in values])
 
 
 def _as_float(value: object) -> float:
@@ -173,6 +155,7 @@ class Sequence:
         self.num = 0
         self.columns: set = set()
         self.last: Dict[str, int] = {}
+        self._keys: Dict[str, bytes] = {}  # each key's field, computed once
 
     def restart(self) -> None:
         """A new file (the old one was removed): its records numbered from 1 again, each key's column written again."""
@@ -183,10 +166,12 @@ class Sequence:
         :meth:`commit` once they are written."""
         now = b"\x12" + varint(len(stamp := timestamp(int(time.time() * 1000) if now_ms is None else now_ms))) + stamp
         num, columns, last = self.num, set(), dict(self.last)
-        known, out = self.columns, []
+        known, keys, out = self.columns, self._keys, []
+        pack, zero = _PACK_DOUBLE, _ZERO
         for entry in steps:
             step = entry.step
-            for key, scalar in zip(entry.keys, entry.scalars):
+            tail = (_int(2, step) if step > 0 else b"") + _SCALAR_TYPE + _len(4, timestamp(entry.walltime_ms))
+            for key, value in entry.values:
                 before = last.get(key, -1)
                 if step <= before or step > MAX_STEP:
                     warn_once(f"swanlab:step:{id(self)}", "SwanLab: step %d of %r is not above its last step (%d) or "
@@ -201,7 +186,13 @@ class Sequence:
                     out.append(part)
                     offset += len(part)
                 num += 1
-                record = b"\x08" + varint(num) + now + scalar
+                field = keys.get(key) or self._key(key)
+                raw = pack(value)  # the Record: num, timestamp, scalar (13): key, step, type, timestamp, value
+                number, head = varint(num), len(field) + len(tail)
+                if raw != zero:
+                    record = b"\x08%b%b\x6a%b%b%b\x2a\x09\x09%b" % (number, now, varint(head + 11), field, tail, raw)
+                else:  # proto3 leaves out a zero double: an empty value message
+                    record = b"\x08%b%b\x6a%b%b%b\x2a\x00" % (number, now, varint(head + 2), field, tail)
                 size = len(record)
                 if offset % BLOCK + 7 + size <= BLOCK:  # the usual case, framed inline: one full chunk
                     out.append(_PACK_CHUNK(crc32(record, _FULL_SEED), size, 1) + record)
@@ -211,6 +202,10 @@ class Sequence:
                     out.append(part)
                     offset += len(part)
         return b"".join(out), (num, columns, last)
+
+    def _key(self, key: str) -> bytes:
+        encoded = self._keys[key] = _string(1, key)
+        return encoded
 
     def commit(self, state: tuple) -> None:
         self.num, columns, self.last = state
