@@ -223,6 +223,7 @@ class BatchedWriter:
     def flush_now(self) -> None:
         """Read the buffered device values in one transfer and write every buffered step in one
         ``write`` (inside :func:`.shutdown.exclusive` only)."""
+        self._pull()
         self._write(self._encode_stacked)
 
     def flush_on_signal(self) -> None:
@@ -271,6 +272,7 @@ class BatchedWriter:
 
     # ------------------------------------------------------------------ internals
     def _pull(self) -> None:
+        """The hooks' waiting events into this writer's queue (and their other writers'), once per flush."""
         for source in self._sources:
             source.pull()
 
@@ -292,7 +294,6 @@ class BatchedWriter:
         """Write the first ``count`` queue entries; they leave the queue only once written."""
         self._due = time.monotonic() + self.flush_secs
         self.last_write = flusher.clock()
-        self._pull()
         count = len(self._queue)  # a step another thread adds meanwhile waits for the next flush
         if not count or not self._usable():
             return
